@@ -1,0 +1,76 @@
+"""VaswaniConfig: the paper's shapes, HF field names, and clear errors for invalid values."""
+
+import re
+
+import pytest
+from transformers import AutoConfig
+
+from vaswani_mt import VaswaniConfig
+
+
+def test_base_and_big_presets_are_the_papers_table_3():
+    base = VaswaniConfig.from_preset("base")
+    assert (base.d_model, base.encoder_ffn_dim, base.encoder_attention_heads, base.encoder_layers,
+            base.decoder_layers, base.dropout) == (512, 2048, 8, 6, 6, 0.1)
+    big = VaswaniConfig.from_preset("big")
+    assert (big.d_model, big.decoder_ffn_dim, big.decoder_attention_heads, big.encoder_layers, big.dropout) == (
+        1024, 4096, 16, 6, 0.3)
+    small = VaswaniConfig.from_preset("small")
+    assert (small.d_model, small.encoder_layers, small.encoder_attention_heads, small.encoder_ffn_dim) == (
+        256, 3, 4, 1024)
+
+
+def test_paper_defaults_post_norm_shared_and_tied_embeddings():
+    config = VaswaniConfig()
+    assert config.norm_style == "post"
+    assert config.share_embeddings and config.tie_word_embeddings and config.scale_embedding
+    assert config.activation_function == "relu"
+
+
+def test_presets_take_overrides_and_unknown_presets_are_named():
+    assert VaswaniConfig.from_preset("tiny", vocab_size=500, norm_style="pre").vocab_size == 500
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        VaswaniConfig.from_preset("huge")
+
+
+def test_generic_hf_names_map_to_the_fields():
+    config = VaswaniConfig.from_preset("tiny", encoder_layers=2, decoder_layers=3)
+    assert config.hidden_size == config.d_model
+    assert config.num_attention_heads == config.encoder_attention_heads
+    assert config.num_hidden_layers == 2
+    assert config.get_text_config(decoder=True).num_hidden_layers == 3
+
+
+@pytest.mark.parametrize("overrides,field", [
+    (dict(d_model=30, encoder_attention_heads=4), "encoder_attention_heads"),
+    (dict(d_model=32, decoder_attention_heads=5), "decoder_attention_heads"),
+    (dict(norm_style="sandwich"), "norm_style"),
+    (dict(dropout=1.0), "dropout"),
+    (dict(attention_dropout=-0.1), "attention_dropout"),
+    (dict(d_model=0), "d_model"),
+    (dict(encoder_layers=-1), "encoder_layers"),
+    (dict(vocab_size=2.5), "vocab_size"),
+    (dict(activation_function="nope"), "activation_function"),
+    (dict(pad_token_id=1000), "pad_token_id"),
+])
+def test_invalid_values_raise_value_error_naming_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        VaswaniConfig.from_preset("tiny", **overrides)
+
+
+def test_every_field_is_documented_in_the_class_docstring():
+    own_fields = [name for name in VaswaniConfig.__annotations__ if not name.startswith("_")]
+    own_fields = [name for name in own_fields if name not in ("model_type", "keys_to_ignore_at_inference",
+                                                              "attribute_map")]
+    undocumented = [name for name in own_fields if not re.search(rf"\b{name}\b", VaswaniConfig.__doc__)]
+    assert not undocumented
+
+
+def test_config_round_trips_through_save_and_auto_config(tmp_path):
+    config = VaswaniConfig.from_preset("tiny", norm_style="pre", share_embeddings=False)
+    config.save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path)
+    assert isinstance(loaded, VaswaniConfig)
+    ignore = {"_name_or_path"}
+    assert {k: v for k, v in loaded.to_dict().items() if k not in ignore} == {
+        k: v for k, v in config.to_dict().items() if k not in ignore}

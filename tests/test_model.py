@@ -1,0 +1,194 @@
+"""VaswaniForConditionalGeneration behaves as a native Hugging Face seq2seq model."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModel, AutoModelForSeq2SeqLM, GenerationConfig
+
+from vaswani_mt import VaswaniForConditionalGeneration, VaswaniModel
+from vaswani_mt.modeling_vaswani import sinusoidal_table
+
+
+def _forward(model, batch, **kwargs):
+    with torch.no_grad():
+        return model(**batch, **kwargs)
+
+
+def test_positions_are_the_papers_interleaved_sinusoids_and_not_saved(make_tiny_model, tmp_path):
+    table = sinusoidal_table(50, 8)
+    pos, i = 7, 1
+    assert table[pos, 2 * i].item() == pytest.approx(torch.sin(torch.tensor(pos / 10000 ** (2 * i / 8))).item())
+    assert table[pos, 2 * i + 1].item() == pytest.approx(torch.cos(torch.tensor(pos / 10000 ** (2 * i / 8))).item())
+    model = make_tiny_model()
+    model.save_pretrained(tmp_path)
+    from safetensors import safe_open
+
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        assert not [k for k in f.keys() if "embed_positions" in k]
+
+
+@pytest.mark.parametrize("norm_style", ["post", "pre"])
+def test_eager_and_sdpa_attention_agree_within_1e_5(make_tiny_model, padded_batch, norm_style):
+    model = make_tiny_model(norm_style=norm_style)
+    assert model.config._attn_implementation == "sdpa"
+    sdpa = _forward(model, padded_batch).logits
+    model.set_attn_implementation("eager")
+    assert model.config._attn_implementation == "eager"
+    eager = _forward(model, padded_batch).logits
+    assert (sdpa - eager).abs().max() < 1e-5
+
+
+def test_output_attentions_returns_every_layers_weights_with_masked_keys_at_zero(make_tiny_model, padded_batch):
+    model = make_tiny_model()  # sdpa by default: attention weights must still come back
+    out = _forward(model, padded_batch, output_attentions=True)
+    config = model.config
+    src_len, tgt_len = padded_batch["input_ids"].shape[1], padded_batch["labels"].shape[1]
+    assert len(out.encoder_attentions) == config.encoder_layers
+    assert len(out.decoder_attentions) == len(out.cross_attentions) == config.decoder_layers
+    assert out.encoder_attentions[0].shape == (3, config.encoder_attention_heads, src_len, src_len)
+    assert out.decoder_attentions[0].shape == (3, config.decoder_attention_heads, tgt_len, tgt_len)
+    assert out.cross_attentions[0].shape == (3, config.decoder_attention_heads, tgt_len, src_len)
+    for weights in out.encoder_attentions + out.decoder_attentions + out.cross_attentions:
+        assert torch.allclose(weights.sum(-1), torch.ones(()), atol=1e-5)
+    padding = padded_batch["attention_mask"] == 0
+    for weights in out.encoder_attentions + out.cross_attentions:
+        assert weights.masked_select(padding[:, None, None, :].expand_as(weights)).abs().max() == 0
+    future = torch.ones(tgt_len, tgt_len, dtype=torch.bool).triu(1)
+    for weights in out.decoder_attentions:
+        assert weights[..., future].abs().max() == 0
+
+
+def test_hidden_states_of_every_layer_are_returned(make_tiny_model, padded_batch):
+    out = _forward(make_tiny_model(), padded_batch, output_hidden_states=True)
+    assert len(out.encoder_hidden_states) == len(out.decoder_hidden_states) == 3  # embeddings + 2 layers
+
+
+@pytest.mark.parametrize("norm_style", ["post", "pre"])
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_generate_gives_identical_output_with_and_without_the_cache(make_tiny_model, padded_batch, norm_style,
+                                                                    num_beams):
+    model = make_tiny_model(norm_style=norm_style)
+    inputs = {k: padded_batch[k] for k in ("input_ids", "attention_mask")}
+    cached = model.generate(**inputs, num_beams=num_beams, max_new_tokens=15, use_cache=True)
+    uncached = model.generate(**inputs, num_beams=num_beams, max_new_tokens=15, use_cache=False)
+    assert torch.equal(cached, uncached)
+
+
+def test_generation_defaults_are_the_papers_beam_4_length_penalty_0_6_and_input_plus_50(make_tiny_model,
+                                                                                           tmp_path):
+    model = make_tiny_model()
+    assert model.generation_config.num_beams == 4
+    assert model.generation_config.length_penalty == 0.6
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "generation_config.json").read_text())
+    assert saved["num_beams"] == 4 and saved["length_penalty"] == 0.6
+    # An untrained model never emits </s> reliably: suppress it to see the length limit.
+    source = torch.randint(4, 128, (2, 6))
+    out = model.generate(source, num_beams=1, suppress_tokens=[model.config.eos_token_id])
+    assert out.shape[1] == 1 + 6 + 50
+    assert model.generate(source, num_beams=1, max_new_tokens=5).shape[1] == 6
+
+
+def test_loss_is_token_mean_and_sum_over_num_items_in_batch(make_tiny_model, padded_batch):
+    model = make_tiny_model()
+    out = _forward(model, padded_batch)
+    labels = padded_batch["labels"]
+    expected = torch.nn.functional.cross_entropy(out.logits.reshape(-1, 128), labels.reshape(-1))
+    assert torch.allclose(out.loss, expected)
+    tokens = (labels != -100).sum()
+    with_count = _forward(model, padded_batch, num_items_in_batch=tokens * 4)
+    assert torch.allclose(with_count.loss, expected / 4)
+
+
+def _gradients(model, batches, num_items):
+    model.zero_grad()
+    for batch in batches:
+        model(**batch, num_items_in_batch=num_items).loss.backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def test_gradient_accumulation_equals_one_big_batch(make_tiny_model, padded_batch):
+    model = make_tiny_model(dropout=0.0)
+    model.train()
+    tokens = (padded_batch["labels"] != -100).sum()
+    full = _gradients(model, [padded_batch], tokens)
+    halves = [{k: v[:2] for k, v in padded_batch.items()}, {k: v[2:] for k, v in padded_batch.items()}]
+    accumulated = _gradients(model, halves, tokens)
+    assert torch.allclose(full, accumulated, atol=1e-6)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(make_tiny_model, padded_batch):
+    model = make_tiny_model(dropout=0.0)
+    model.train()
+    plain = _gradients(model, [padded_batch], None)
+    model.gradient_checkpointing_enable()
+    assert model.is_gradient_checkpointing
+    checkpointed = _gradients(model, [padded_batch], None)
+    assert torch.allclose(plain, checkpointed, atol=1e-6)
+
+
+def test_decoder_inputs_from_labels_are_shifted_right_behind_the_start_token(make_tiny_model):
+    model = make_tiny_model()
+    labels = torch.tensor([[5, 6, 3, -100], [7, 3, -100, -100]])
+    assert model.prepare_decoder_input_ids_from_labels(labels).tolist() == [[2, 5, 6, 3], [2, 7, 3, 0]]
+
+
+def test_resize_token_embeddings_keeps_rows_and_ties(make_tiny_model):
+    model = make_tiny_model()
+    old = model.model.shared.weight.detach().clone()
+    model.resize_token_embeddings(140)
+    assert model.config.vocab_size == 140
+    assert model.lm_head.weight is model.model.shared.weight
+    assert model.model.encoder.embed_tokens is model.model.decoder.embed_tokens
+    assert torch.equal(model.model.shared.weight[:128], old)
+    logits = model(input_ids=torch.tensor([[139, 3]]), decoder_input_ids=torch.tensor([[2]])).logits
+    assert logits.shape[-1] == 140
+
+
+@pytest.mark.parametrize("share,tie", [(True, True), (True, False), (False, True), (False, False)])
+def test_save_and_load_keep_weights_ties_and_generation_config_without_pickles(make_tiny_model, tmp_path, share,
+                                                                               tie):
+    model = make_tiny_model(share_embeddings=share, tie_word_embeddings=tie, norm_style="pre")
+    model.generation_config.num_beams = 5
+    model.save_pretrained(tmp_path)
+    assert not [p.name for p in tmp_path.iterdir() if p.suffix in (".bin", ".pt", ".pkl", ".pth")]
+    loaded, info = VaswaniForConditionalGeneration.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values()), info
+    assert model.state_dict().keys() == loaded.state_dict().keys()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, loaded.state_dict()[name]), name
+    assert (loaded.lm_head.weight is loaded.model.decoder.embed_tokens.weight) == tie
+    assert (loaded.model.encoder.embed_tokens is loaded.model.decoder.embed_tokens) == share
+    assert loaded.generation_config.num_beams == 5
+
+
+def test_auto_classes_resolve_the_vaswani_model_type(make_tiny_model, tmp_path):
+    make_tiny_model().save_pretrained(tmp_path)
+    assert type(AutoModelForSeq2SeqLM.from_pretrained(tmp_path)) is VaswaniForConditionalGeneration
+    assert type(AutoModel.from_pretrained(tmp_path)) is VaswaniModel
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_vaswani.VaswaniForConditionalGeneration"
+    assert (tmp_path / "modeling_vaswani.py").exists() and (tmp_path / "configuration_vaswani.py").exists()
+
+
+def test_source_longer_than_the_position_table_is_a_clear_error(make_tiny_model):
+    model = make_tiny_model()
+    too_long = torch.randint(4, 128, (1, model.config.max_position_embeddings + 1))
+    with pytest.raises(ValueError, match="longer than max_position_embeddings=128"):
+        model(input_ids=too_long, decoder_input_ids=torch.tensor([[2]]))
+
+
+def test_source_of_only_eos_works_and_an_all_padding_source_is_a_clear_error(make_tiny_model):
+    model = make_tiny_model()
+    only_eos = torch.tensor([[3, 0, 0], [9, 10, 3]])
+    mask = (only_eos != 0).long()
+    out = model.generate(only_eos, attention_mask=mask, max_new_tokens=4)
+    assert out.shape[0] == 2
+    mask[0] = 0
+    with pytest.raises(ValueError, match=r"source sequence\(s\) \[0\] in the batch are empty"):
+        model.generate(only_eos, attention_mask=mask, max_new_tokens=4)
+
+
+def test_generation_config_is_a_plain_generation_config(make_tiny_model):
+    assert isinstance(make_tiny_model().generation_config, GenerationConfig)

@@ -1,0 +1,178 @@
+"""Configuration of the Vaswani et al. (2017) Transformer, "Attention Is All You Need"."""
+
+
+from typing import ClassVar
+
+from transformers import PreTrainedConfig
+
+
+# Table 3 of the paper, plus two smaller shapes for CPU work. Only the shape lives here: the vocabulary
+# size depends on the tokenizer and is passed by the caller (`from_preset("base", vocab_size=37000)`).
+PRESETS: dict[str, dict] = {
+    # §6.2, Table 3 "base": N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (65M parameters with a 37k vocabulary).
+    "base": dict(
+        d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8, decoder_attention_heads=8,
+        encoder_ffn_dim=2048, decoder_ffn_dim=2048, dropout=0.1,
+    ),
+    # Table 3 "big": d_model=1024, d_ff=4096, h=16, P_drop=0.3 (EN-DE; 213M parameters).
+    "big": dict(
+        d_model=1024, encoder_layers=6, decoder_layers=6, encoder_attention_heads=16, decoder_attention_heads=16,
+        encoder_ffn_dim=4096, decoder_ffn_dim=4096, dropout=0.3,
+    ),
+    # A shape that trains on a 2-core CPU in an hour (Multi30k-sized data).
+    "small": dict(
+        d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=1024, decoder_ffn_dim=1024, dropout=0.1, vocab_size=8000,
+    ),
+    # For tests: every code path, milliseconds per step.
+    "tiny": dict(
+        d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=0.1, vocab_size=128, max_position_embeddings=128,
+    ),
+}
+
+NORM_STYLES = ("post", "pre")
+
+
+class VaswaniConfig(PreTrainedConfig):
+    r"""Configuration of [`VaswaniModel`] and [`VaswaniForConditionalGeneration`].
+
+    Defaults are the paper's "base" model (Table 3) with a 37,000-token joint BPE vocabulary (§5.1).
+    `VaswaniConfig.from_preset(name, **overrides)` gives the named shapes `base`, `big`, `small`, `tiny`.
+
+    Args:
+        vocab_size (`int`, defaults to 37000):
+            Size of the joint source/target vocabulary (§5.1: shared BPE vocabulary of about 37,000 tokens).
+        d_model (`int`, defaults to 512):
+            Width of every sub-layer output and of the embeddings (§3.1, d_model).
+        encoder_layers (`int`, defaults to 6):
+            Number of identical encoder layers (§3.1, N).
+        decoder_layers (`int`, defaults to 6):
+            Number of identical decoder layers (§3.1, N).
+        encoder_attention_heads (`int`, defaults to 8):
+            Attention heads per encoder attention layer (§3.2.2, h); must divide `d_model`.
+        decoder_attention_heads (`int`, defaults to 8):
+            Attention heads per decoder self- and cross-attention layer; must divide `d_model`.
+        encoder_ffn_dim (`int`, defaults to 2048):
+            Inner width of the encoder's position-wise feed-forward networks (§3.3, d_ff).
+        decoder_ffn_dim (`int`, defaults to 2048):
+            Inner width of the decoder's position-wise feed-forward networks (§3.3, d_ff).
+        activation_function (`str`, defaults to `"relu"`):
+            Non-linearity between the two feed-forward projections (§3.3 uses ReLU). Any key of
+            `transformers.activations.ACT2FN` works (e.g. `"swish"` for converted opus-mt models).
+        dropout (`float`, defaults to 0.1):
+            Residual dropout (§5.4, P_drop): applied to each sub-layer output before the residual add and to the
+            sums of embeddings and positional encodings.
+        attention_dropout (`float`, defaults to 0.0):
+            Dropout on the attention probabilities (not in the paper; fairseq and tensor2tensor offer it).
+        activation_dropout (`float`, defaults to 0.0):
+            Dropout after the feed-forward non-linearity (not in the paper; fairseq's `relu_dropout`).
+        max_position_embeddings (`int`, defaults to 1024):
+            Number of rows of the sinusoidal position table (§3.5): the longest source or target sequence, in
+            tokens, the model accepts. Longer inputs raise a `ValueError`.
+        norm_style (`str`, defaults to `"post"`):
+            `"post"`: LayerNorm(x + Sublayer(x)), as in the paper (§3.1). `"pre"`: x + Sublayer(LayerNorm(x)),
+            with a final LayerNorm after each stack (Wang et al. 2019; trains without warm-up tricks at depth).
+        layer_norm_eps (`float`, defaults to 1e-5):
+            Epsilon of every LayerNorm (torch's default, as in `torch.nn.Transformer` and Marian).
+        scale_embedding (`bool`, defaults to `True`):
+            Multiply token embeddings by sqrt(d_model) (§3.4).
+        share_embeddings (`bool`, defaults to `True`):
+            One embedding matrix for source and target tokens (§3.4; needs the joint vocabulary of §5.1).
+        tie_word_embeddings (`bool`, defaults to `True`):
+            Use the (target) embedding matrix as the pre-softmax projection too (§3.4, Press & Wolf 2016).
+        final_logits_bias (`bool`, defaults to `False`):
+            Add a fixed bias vector to the logits. Not in the paper; it exists only so that converted
+            `MarianMTModel` checkpoints (which carry one) stay exact.
+        use_cache (`bool`, defaults to `True`):
+            Keep decoder keys/values between generation steps.
+        pad_token_id (`int`, defaults to 0), bos_token_id (`int`, defaults to 2), eos_token_id (`int`, defaults to 3):
+            Special-token ids; the defaults match `vaswani_mt.train_tokenizer` (`<pad>`, `<unk>`, `<s>`, `</s>`).
+        decoder_start_token_id (`int`, defaults to 2):
+            First decoder input: the target is shifted right by one position behind this token (§3.1).
+        is_encoder_decoder (`bool`, defaults to `True`):
+            Always true; tells generic HF code (generation, Trainer) that this is a seq2seq model.
+    """
+
+    model_type: ClassVar[str] = "vaswani"
+    keys_to_ignore_at_inference: ClassVar[list[str]] = ["past_key_values"]
+    attribute_map: ClassVar[dict[str, str]] = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "encoder_attention_heads",
+        "num_hidden_layers": "encoder_layers",
+    }
+
+    vocab_size: int = 37000
+    d_model: int = 512
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    encoder_attention_heads: int = 8
+    decoder_attention_heads: int = 8
+    encoder_ffn_dim: int = 2048
+    decoder_ffn_dim: int = 2048
+    activation_function: str = "relu"
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    max_position_embeddings: int = 1024
+    norm_style: str = "post"
+    layer_norm_eps: float = 1e-5
+    scale_embedding: bool = True
+    share_embeddings: bool = True
+    tie_word_embeddings: bool = True
+    final_logits_bias: bool = False
+    use_cache: bool = True
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 2
+    eos_token_id: int | list[int] | None = 3
+    decoder_start_token_id: int | None = 2
+    is_encoder_decoder: bool = True
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        self.validate_fields()
+
+    def validate_fields(self) -> None:
+        """Raise `ValueError` naming the field and the rule for any invalid value."""
+        for name in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+                     "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"VaswaniConfig.{name} must be a positive integer, got {value!r}")
+        for name in ("encoder_attention_heads", "decoder_attention_heads"):
+            heads = getattr(self, name)
+            if self.d_model % heads:
+                raise ValueError(
+                    f"VaswaniConfig.d_model ({self.d_model}) must be divisible by {name} ({heads}): "
+                    "each head gets d_model / heads dimensions (§3.2.2)"
+                )
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"VaswaniConfig.{name} must be a number in [0, 1), got {value!r}")
+        if self.norm_style not in NORM_STYLES:
+            raise ValueError(f"VaswaniConfig.norm_style must be one of {NORM_STYLES}, got {self.norm_style!r}")
+        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
+            raise ValueError(f"VaswaniConfig.layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
+        from transformers.activations import ACT2FN
+
+        if self.activation_function not in ACT2FN:
+            raise ValueError(
+                f"VaswaniConfig.activation_function {self.activation_function!r} is unknown; "
+                f"choose one of transformers.activations.ACT2FN, e.g. 'relu' (§3.3), 'gelu', 'swish'"
+            )
+        for name in ("pad_token_id", "bos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < self.vocab_size:
+                raise ValueError(f"VaswaniConfig.{name} ({value}) must lie in [0, vocab_size={self.vocab_size})")
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "VaswaniConfig":
+        """A config of a named shape: `"base"` and `"big"` are the paper's Table 3; `"small"` and `"tiny"` are
+        for CPUs and tests. Keyword arguments override any field (e.g. `vocab_size=8000, norm_style="pre"`)."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+
+__all__ = ["VaswaniConfig", "PRESETS"]

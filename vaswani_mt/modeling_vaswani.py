@@ -1,0 +1,586 @@
+"""The Transformer of Vaswani et al. (2017), "Attention Is All You Need", as a Hugging Face seq2seq model.
+
+Classes are stacked bottom-up: positions -> attention -> feed-forward -> layers -> encoder/decoder stacks ->
+`VaswaniModel` -> `VaswaniForConditionalGeneration`. Section numbers (§) refer to the paper.
+
+This file imports nothing from vaswani_mt but its configuration (relatively), so that `save_pretrained` can copy
+it next to the weights and stock transformers can load the checkpoint with `trust_remote_code=True`.
+"""
+
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_vaswani import VaswaniConfig
+
+
+# §6.1: "We set the maximum output length during inference to input length + 50".
+OUTPUT_LENGTH_MARGIN = 50
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs from labels: the output embeddings are offset by one position (§3.1), so position i sees
+    labels[:i]. Ignored labels (-100) become padding."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+def sinusoidal_table(num_positions: int, dim: int) -> torch.Tensor:
+    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)), interleaved as in the
+    paper. Computed in float64 so long tables stay exact to float32 precision."""
+    positions = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1)
+    inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64) * (-math.log(10000.0) / dim))
+    table = torch.zeros(num_positions, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(positions * inv_freq)
+    table[:, 1::2] = torch.cos(positions * inv_freq[: dim // 2])
+    return table.float()
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed positional encodings (§3.5). A non-persistent buffer: recomputed, never stored in checkpoints."""
+
+    def __init__(self, num_positions: int, dim: int):
+        super().__init__()
+        self.register_buffer("table", sinusoidal_table(num_positions, dim), persistent=False)
+
+    def forward(self, seq_len: int, offset: int = 0) -> torch.Tensor:
+        end = offset + seq_len
+        if end > self.table.shape[0]:
+            raise ValueError(
+                f"sequence of {end} tokens is longer than max_position_embeddings={self.table.shape[0]}; "
+                "truncate the input (e.g. tokenizer(..., truncation=True)) or use a config with more positions"
+            )
+        return self.table[offset:end]
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention, softmax(Q K^T / sqrt(d_k)) V (§3.2.1), returning the weights too.
+
+    Takes either mask format transformers builds: additive floats (eager) or booleans with True = may attend
+    (sdpa), so it can stand in for sdpa when attention weights are requested. A missing mask on a causal module
+    means "causal, no padding" (transformers skips building it then)."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    mask = attention_mask
+    if mask is None and module.is_causal and query.shape[-2] > 1:
+        q_len, k_len = query.shape[-2], key.shape[-2]
+        mask = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).tril(k_len - q_len)
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + mask
+    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()
+    return output, weights
+
+
+class VaswaniAttention(nn.Module):
+    """Multi-head attention (§3.2.2): h parallel scaled dot-product attentions over d_model/h-dimensional
+    projections, concatenated and projected back. Used three ways (§3.2.3): encoder self-attention, masked
+    decoder self-attention (`is_causal`), and encoder-decoder attention (`key_value_states` given)."""
+
+    def __init__(self, config: VaswaniConfig, num_heads: int, is_causal: bool = False, layer_idx: int | None = None):
+        super().__init__()
+        self.config = config
+        self.head_dim = config.d_model // num_heads
+        self.scaling = self.head_dim**-0.5  # §3.2.1: 1/sqrt(d_k) keeps softmax out of its flat regions
+        self.is_causal = is_causal  # read by transformers' sdpa wrapper when the mask is skipped
+        self.layer_idx = layer_idx  # which cache slot this layer owns
+        self.attention_dropout = config.attention_dropout
+        self.q_proj = nn.Linear(config.d_model, config.d_model)
+        self.k_proj = nn.Linear(config.d_model, config.d_model)
+        self.v_proj = nn.Linear(config.d_model, config.d_model)
+        self.out_proj = nn.Linear(config.d_model, config.d_model)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[batch, seq, d_model] -> [batch, heads, seq, head_dim]"""
+        return x.view(*x.shape[:-1], -1, self.head_dim).transpose(1, 2)
+
+    def _keys_values(self, hidden_states, key_value_states, past_key_values):
+        """Project keys/values, reading and updating the decoder cache. Cross-attention keys/values depend only on
+        the encoder output, so they are computed once per generation and reused."""
+        is_cross = key_value_states is not None
+        cache = None
+        if past_key_values is not None:
+            cache = past_key_values.cross_attention_cache if is_cross else past_key_values.self_attention_cache
+            if is_cross and past_key_values.is_updated.get(self.layer_idx):
+                return cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
+        source = key_value_states if is_cross else hidden_states
+        keys, values = self._heads(self.k_proj(source)), self._heads(self.v_proj(source))
+        if cache is not None:
+            keys, values = cache.update(keys, values, self.layer_idx)
+            if is_cross:
+                past_key_values.is_updated[self.layer_idx] = True
+        return keys, values
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        query = self._heads(self.q_proj(hidden_states))
+        keys, values = self._keys_values(hidden_states, key_value_states, past_key_values)
+        # Only eager attention returns the weights, so it stands in whenever they are requested.
+        implementation = "eager" if kwargs.get("output_attentions") else self.config._attn_implementation
+        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        output, weights = attention(
+            self, query, keys, values, attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0, scaling=self.scaling, **kwargs,
+        )
+        return self.out_proj(output.reshape(*hidden_states.shape[:-1], -1)), weights
+
+
+class VaswaniFeedForward(nn.Module):
+    """Position-wise feed-forward network (§3.3): FFN(x) = max(0, x W1 + b1) W2 + b2."""
+
+    def __init__(self, config: VaswaniConfig, ffn_dim: int):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, ffn_dim)
+        self.activation = ACT2FN[config.activation_function]
+        self.activation_dropout = nn.Dropout(config.activation_dropout)
+        self.fc2 = nn.Linear(ffn_dim, config.d_model)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.activation_dropout(self.activation(self.fc1(hidden_states))))
+
+
+class VaswaniLayer(GradientCheckpointingLayer):
+    """What encoder and decoder layers share: the residual connection around each sub-layer (§3.1, §5.4).
+
+    post-norm (the paper): LayerNorm(x + Dropout(Sublayer(x))). Normalising after the add keeps every layer
+        output at unit scale, but gradients to early layers pass through N LayerNorms, which is why the paper
+        needs learning-rate warm-up.
+    pre-norm: x + Dropout(Sublayer(LayerNorm(x))). The residual path is an identity from input to output, so
+        deep stacks train stably; the stack then needs one final LayerNorm (see `VaswaniStack`).
+    """
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__()
+        self.pre_norm = config.norm_style == "pre"
+        self.residual_dropout = nn.Dropout(config.dropout)
+
+    def residual(self, x: torch.Tensor, layer_norm: nn.LayerNorm, sublayer: Callable) -> torch.Tensor:
+        if self.pre_norm:
+            return x + self.residual_dropout(sublayer(layer_norm(x)))
+        return layer_norm(x + self.residual_dropout(sublayer(x)))
+
+
+class VaswaniEncoderLayer(VaswaniLayer):
+    """Encoder layer (§3.1): self-attention, then a feed-forward network, each wrapped in a residual."""
+
+    def __init__(self, config: VaswaniConfig, layer_idx: int):
+        super().__init__(config)
+        self.self_attn = VaswaniAttention(config, config.encoder_attention_heads, is_causal=False, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn = VaswaniFeedForward(config, config.encoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
+        attend = lambda x: self.self_attn(x, attention_mask=attention_mask, **kwargs)[0]  # noqa: E731
+        hidden_states = self.residual(hidden_states, self.self_attn_layer_norm, attend)
+        return self.residual(hidden_states, self.final_layer_norm, self.ffn)
+
+
+class VaswaniDecoderLayer(VaswaniLayer):
+    """Decoder layer (§3.1): masked self-attention, encoder-decoder attention, feed-forward; each in a residual."""
+
+    def __init__(self, config: VaswaniConfig, layer_idx: int):
+        super().__init__(config)
+        self.self_attn = VaswaniAttention(config, config.decoder_attention_heads, is_causal=True, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.encoder_attn = VaswaniAttention(config, config.decoder_attention_heads, layer_idx=layer_idx)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn = VaswaniFeedForward(config, config.decoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        self_attend = lambda x: self.self_attn(  # noqa: E731
+            x, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs)[0]
+        cross_attend = lambda x: self.encoder_attn(  # noqa: E731
+            x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask,
+            past_key_values=past_key_values, **kwargs)[0]
+        hidden_states = self.residual(hidden_states, self.self_attn_layer_norm, self_attend)
+        hidden_states = self.residual(hidden_states, self.encoder_attn_layer_norm, cross_attend)
+        return self.residual(hidden_states, self.final_layer_norm, self.ffn)
+
+
+class VaswaniPreTrainedModel(PreTrainedModel):
+    config: VaswaniConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flex_attn = False
+    _no_split_modules = ["VaswaniEncoderLayer", "VaswaniDecoderLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Xavier-uniform weight matrices with zero biases, as the Annotated Transformer and fairseq do; token
+        embeddings N(0, d_model^-0.5) so that, scaled by sqrt(d_model) (§3.4), they start at unit variance like
+        the positional encodings they are added to."""
+        if isinstance(module, nn.Linear):
+            init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, SinusoidalPositions):
+            init.copy_(module.table, sinusoidal_table(*module.table.shape))
+        elif isinstance(module, VaswaniForConditionalGeneration) and module.final_logits_bias is not None:
+            init.zeros_(module.final_logits_bias)
+
+
+class VaswaniStack(VaswaniPreTrainedModel):
+    """What encoder and decoder stacks share: token embeddings scaled by sqrt(d_model) (§3.4), plus positional
+    encodings (§3.5), then dropout (§5.4); and the final LayerNorm of pre-norm stacks."""
+
+    def __init__(self, config: VaswaniConfig, embed_tokens: nn.Embedding):
+        super().__init__(config)
+        self.embed_tokens = embed_tokens
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_positions = SinusoidalPositions(config.max_position_embeddings, config.d_model)
+        self.embed_dropout = nn.Dropout(config.dropout)
+        # Pre-norm layers leave their residual sum unnormalised; normalise once at the top of the stack.
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_style == "pre" else None
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    def embed(self, input_ids, inputs_embeds, offset: int = 0) -> torch.Tensor:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids / inputs_embeds")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        positions = self.embed_positions(inputs_embeds.shape[1], offset)
+        return self.embed_dropout(inputs_embeds * self.embed_scale + positions)
+
+    def final_norm(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return hidden_states if self.layer_norm is None else self.layer_norm(hidden_states)
+
+
+class VaswaniEncoder(VaswaniStack):
+    """N encoder layers (§3.1) over the embedded source."""
+
+    _can_record_outputs = {"hidden_states": VaswaniEncoderLayer, "attentions": VaswaniAttention}
+
+    def __init__(self, config: VaswaniConfig, embed_tokens: nn.Embedding):
+        super().__init__(config, embed_tokens)
+        self.layers = nn.ModuleList([VaswaniEncoderLayer(config, i) for i in range(config.encoder_layers)])
+        self.post_init()
+
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
+        if attention_mask is not None and attention_mask.dim() == 2 and not attention_mask.any(dim=-1).all():
+            empty = (~attention_mask.bool().any(dim=-1)).nonzero().flatten().tolist()
+            raise ValueError(
+                f"source sequence(s) {empty} in the batch are empty (attention_mask is all 0); every source needs at "
+                "least one token, e.g. the </s> the tokenizer appends"
+            )
+        hidden_states = self.embed(input_ids, inputs_embeds)
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, mask, **kwargs)
+        return BaseModelOutput(last_hidden_state=self.final_norm(hidden_states))
+
+
+class VaswaniDecoder(VaswaniStack):
+    """N decoder layers (§3.1) over the embedded, right-shifted target, attending to the encoder output."""
+
+    _can_record_outputs = {
+        "hidden_states": VaswaniDecoderLayer,
+        "attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="encoder_attn"),
+    }
+
+    def __init__(self, config: VaswaniConfig, embed_tokens: nn.Embedding):
+        super().__init__(config, embed_tokens)
+        self.layers = nn.ModuleList([VaswaniDecoderLayer(config, i) for i in range(config.decoder_layers)])
+        self.post_init()
+
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        if not use_cache:
+            past_key_values = None
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        hidden_states = self.embed(input_ids, inputs_embeds, offset=past_length)
+        causal_mask = create_causal_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask,
+            past_key_values=past_key_values.self_attention_cache if past_key_values is not None else None,
+        )
+        cross_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        for layer in self.layers:
+            hidden_states = layer(
+                hidden_states, causal_mask, encoder_hidden_states,  # positional: gradient checkpointing needs it
+                encoder_attention_mask=cross_mask, past_key_values=past_key_values, **kwargs,
+            )
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=self.final_norm(hidden_states), past_key_values=past_key_values
+        )
+
+
+class VaswaniModel(VaswaniPreTrainedModel):
+    """Encoder-decoder without the output projection. With `share_embeddings` the encoder, the decoder (and, when
+    tied, the output projection) use one matrix `shared` (§3.4): shared by module identity, so that sharing does
+    not depend on `tie_word_embeddings`."""
+
+    # With share_embeddings the checkpoint stores only `shared.weight`; the stacks' names are aliases of it.
+    _keys_to_ignore_on_load_missing = [r"encoder\.embed_tokens\.weight", r"decoder\.embed_tokens\.weight"]
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config)
+        if config.share_embeddings:
+            self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            source_embeddings = target_embeddings = self.shared
+            self._tied_weights_keys = {
+                "encoder.embed_tokens.weight": "shared.weight", "decoder.embed_tokens.weight": "shared.weight"
+            }
+        else:
+            self.shared = None
+            source_embeddings = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            target_embeddings = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.encoder = VaswaniEncoder(config, source_embeddings)
+        self.decoder = VaswaniDecoder(config, target_embeddings)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        if self.config.share_embeddings:
+            self.shared = value
+            self.decoder.embed_tokens = value
+        self.encoder.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state, encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values, inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
+    """The translation model: `VaswaniModel` plus the pre-softmax linear projection (§3.4), a loss and
+    `generate()`.
+
+    With `labels` (padding = -100) the loss is the token-level cross-entropy. When the Trainer passes
+    `num_items_in_batch` (the label-token count of the whole accumulated, all-process batch) the loss is
+    sum / num_items_in_batch, so gradient accumulation and multi-process training equal one big batch.
+    """
+
+    _keys_to_ignore_on_load_missing = [r"final_logits_bias", r"embed_tokens\.weight"]
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config)
+        self.model = VaswaniModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        target_embeddings = "model.shared.weight" if config.share_embeddings else "model.decoder.embed_tokens.weight"
+        self._tied_weights_keys = {"lm_head.weight": target_embeddings}
+        if config.final_logits_bias:
+            self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
+        else:
+            self.final_logits_bias = None
+        self.post_init()
+        # The paper's decoding (§6.1): beam size 4, length penalty alpha = 0.6. transformers' length_penalty
+        # divides the beam score by length**alpha, not GNMT's ((5 + length) / 6)**alpha; see the README.
+        self.generation_config.num_beams = 4
+        self.generation_config.length_penalty = 0.6
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
+        """`GenerationMixin.generate`, with the paper's output limit (§6.1) as the default: at most
+        source length + 50 new tokens (never more than `max_position_embeddings`), per batch from the padded
+        source length. An explicit `max_length` / `max_new_tokens` (argument or generation config) wins."""
+        gen_config = generation_config if generation_config is not None else self.generation_config
+        limits = (kwargs.get("max_length"), kwargs.get("max_new_tokens"), gen_config.max_length,
+                  gen_config.max_new_tokens)
+        source = inputs if inputs is not None else kwargs.get("input_ids")
+        if all(limit is None for limit in limits) and source is not None:
+            kwargs["max_new_tokens"] = min(source.shape[-1] + OUTPUT_LENGTH_MARGIN, self.config.max_position_embeddings)
+        return super().generate(inputs, generation_config=generation_config, **kwargs)
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        if not self.config.share_embeddings:
+            raise NotImplementedError(
+                "resize_token_embeddings needs share_embeddings=True (one joint vocabulary, §5.1)"
+            )
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if self.final_logits_bias is not None:
+            old = self.final_logits_bias
+            bias = old.new_zeros(1, embeddings.num_embeddings)
+            keep = min(old.shape[1], bias.shape[1])
+            bias[:, :keep] = old[:, :keep]
+            self.final_logits_bias = bias
+        return embeddings
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        if labels is not None:
+            use_cache = False  # training: whole target at once, nothing to cache
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values, inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)
+        if self.final_logits_bias is not None:
+            logits = logits + self.final_logits_bias
+        loss = None if labels is None else self.token_loss(logits, labels, num_items_in_batch)
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+    @staticmethod
+    def token_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+        """Cross-entropy summed over label tokens (-100 ignored), divided by `num_items_in_batch` when given,
+        else by this batch's label-token count."""
+        total = F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1).to(logits.device),
+            ignore_index=-100, reduction="sum",
+        )
+        if num_items_in_batch is None:
+            num_items_in_batch = (labels != -100).sum().clamp(min=1)
+        if isinstance(num_items_in_batch, torch.Tensor):
+            num_items_in_batch = num_items_in_batch.to(total.device)
+        return total / num_items_in_batch
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+
+__all__ = [
+    "VaswaniPreTrainedModel",
+    "VaswaniModel",
+    "VaswaniForConditionalGeneration",
+    "VaswaniEncoder",
+    "VaswaniDecoder",
+    "sinusoidal_table",
+    "shift_tokens_right",
+]
