@@ -39,3 +39,48 @@ def padded_batch():
     labels[0, 5:] = -100
     labels[2, 2:] = -100
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+# --- Data layer (issue #3): Multi30k fixtures, each built once per test session -------------------
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir() -> Path:
+    """The shared Multi30k folder (train/valid/test2016 .en/.de); tests using it skip if it is absent."""
+    if not (MULTI30K_DIR / "train.en").is_file():
+        pytest.skip(f"Multi30k not found at {MULTI30K_DIR} (expected at ../shared/data/multi30k beside the repo)")
+    return MULTI30K_DIR
+
+
+@pytest.fixture(scope="session")
+def multi30k_cleaned(multi30k_dir):
+    """``(DatasetDict, CleaningReport)``: Multi30k en-de loaded with the default cleaning."""
+    from vaswani_mt.data import load_parallel
+
+    return load_parallel(multi30k_dir, "en", "de")
+
+
+@pytest.fixture(scope="session")
+def multi30k_tokenizer_training(multi30k_cleaned):
+    """The joint BPE tokenizer (vocab 8000) learned on cleaned Multi30k train, with its training time."""
+    import time
+    from types import SimpleNamespace
+
+    from vaswani_mt.tokenization import train_tokenizer
+
+    started = time.perf_counter()
+    tokenizer = train_tokenizer(multi30k_cleaned[0]["train"], vocab_size=8000)
+    return SimpleNamespace(tokenizer=tokenizer, seconds=time.perf_counter() - started)
+
+
+@pytest.fixture(scope="session")
+def multi30k_tokenizer(multi30k_tokenizer_training):
+    return multi30k_tokenizer_training.tokenizer
+
+
+@pytest.fixture(scope="session")
+def multi30k_tokenized(multi30k_cleaned, multi30k_tokenizer):
+    """Multi30k tokenised with ``multi30k_tokenizer``: splits with ``input_ids`` and ``labels``."""
+    from vaswani_mt.data import tokenize_dataset
+
+    return tokenize_dataset(multi30k_cleaned[0], multi30k_tokenizer, "en", "de")

@@ -6,8 +6,16 @@ Importing the package registers the model with transformers' Auto classes, so th
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
+from .averaging import average_checkpoints, find_checkpoints
+from .batching import TokenBudgetBatchSampler, padding_stats
 from .configuration_vaswani import PRESETS, VaswaniConfig
+from .data import CleaningOptions, CleaningReport, DataError, load_parallel, tokenize_dataset
+from .loss import label_smoothed_cross_entropy
+from .metrics import corpus_scores, load_metric, moses_tokenized_bleu
 from .modeling_vaswani import VaswaniForConditionalGeneration, VaswaniModel, VaswaniPreTrainedModel
+from .schedule import NoamLR, make_adam, noam_curve, noam_lr
+from .tokenization import normalize_text, train_tokenizer
+from .trainer import VaswaniTrainer, VaswaniTrainingArguments
 
 __version__ = "0.1.0"
 
@@ -22,8 +30,29 @@ VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
 __all__ = [
     "PRESETS",
+    "CleaningOptions",
+    "CleaningReport",
+    "DataError",
+    "NoamLR",
+    "TokenBudgetBatchSampler",
     "VaswaniConfig",
     "VaswaniForConditionalGeneration",
     "VaswaniModel",
     "VaswaniPreTrainedModel",
+    "VaswaniTrainer",
+    "VaswaniTrainingArguments",
+    "average_checkpoints",
+    "corpus_scores",
+    "find_checkpoints",
+    "label_smoothed_cross_entropy",
+    "load_metric",
+    "load_parallel",
+    "make_adam",
+    "moses_tokenized_bleu",
+    "noam_curve",
+    "noam_lr",
+    "normalize_text",
+    "padding_stats",
+    "tokenize_dataset",
+    "train_tokenizer",
 ]

@@ -1,0 +1,76 @@
+"""How much padding does token-budget batching leave, against batches of randomly ordered sentences?
+
+Loads Multi30k (cleaned), learns the joint BPE tokenizer on its training split, tokenises it, and
+prints the padding share of TokenBudgetBatchSampler at a token budget beside two baselines with the
+same budget and the same greedy packing: fairseq's (source, target) length order, and random order.
+
+    python scripts/padding_report.py [--data-dir ../shared/data/multi30k] [--max-tokens 4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data" / "multi30k"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="folder with train.en/train.de")
+    parser.add_argument("--src-lang", default="en")
+    parser.add_argument("--tgt-lang", default="de")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--max-tokens", type=int, nargs="+", default=[4096], help="token budget(s) per side")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    import datasets
+
+    from vaswani_mt.batching import TokenBudgetBatchSampler, pack_by_token_budget, padding_stats
+    from vaswani_mt.data import load_parallel, tokenize_dataset
+    from vaswani_mt.tokenization import train_tokenizer
+
+    datasets.disable_progress_bars()
+    started = time.perf_counter()
+    corpus, report = load_parallel(args.data_dir, args.src_lang, args.tgt_lang, splits=["train"])
+    tokenizer = train_tokenizer(corpus["train"], vocab_size=args.vocab_size)
+    train = tokenize_dataset(corpus, tokenizer, args.src_lang, args.tgt_lang)["train"]
+    print(f"{report['train'].summary()}")
+    print(f"tokenizer: joint BPE, {len(tokenizer)} tokens; prepared in {time.perf_counter() - started:.1f} s")
+
+    for max_tokens in args.max_tokens:
+        sampler = TokenBudgetBatchSampler.from_dataset(train, max_tokens=max_tokens, seed=args.seed)
+        src, tgt = sampler.src_lengths, sampler.tgt_lengths
+        fairseq_order = TokenBudgetBatchSampler(src, tgt, max_tokens=max_tokens, seed=args.seed, sort_by="source")
+        random_order = np.random.default_rng(args.seed).permutation(len(src))
+        rows = {
+            "token-budget sampler (ours)": padding_stats(list(sampler), src, tgt),
+            "fairseq (source, target) order": padding_stats(list(fairseq_order), src, tgt),
+            "random order, same budget": padding_stats(
+                pack_by_token_budget(random_order, src, tgt, max_tokens), src, tgt
+            ),
+        }
+        print(
+            f"\nmax_tokens={max_tokens} per side, {len(src)} pairs, "
+            f"{int(src.sum())} source + {int(tgt.sum())} target tokens"
+        )
+        print(f"{'batching':32} {'padding':>8} {'source':>8} {'target':>8} {'batches':>8} {'pairs/batch':>12}")
+        for name, stats in rows.items():
+            print(
+                f"{name:32} {stats['padding_share']:8.2%} {stats['src_padding_share']:8.2%} "
+                f"{stats['tgt_padding_share']:8.2%} {stats['num_batches']:8d} {stats['mean_batch_size']:12.1f}"
+            )
+
+
+if __name__ == "__main__":
+    main()

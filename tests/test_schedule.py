@@ -1,0 +1,134 @@
+"""Noam learning-rate schedule and Adam settings (paper §5.3)."""
+
+import math
+
+import pytest
+import torch
+
+from vaswani_mt.schedule import NoamLR, make_adam, noam_curve, noam_lr
+
+
+def _optimizer(num_groups: int = 1) -> torch.optim.Adam:
+    groups = [{"params": [torch.nn.Parameter(torch.zeros(2))]} for _ in range(num_groups)]
+    return make_adam(groups)
+
+
+def _train_steps(optimizer, scheduler, n: int) -> list[float]:
+    """Run n updates; return the lr each update actually used."""
+    used = []
+    for _ in range(n):
+        used.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return used
+
+
+def test_peak_is_at_warmup_with_paper_value():
+    assert noam_lr(4000, 512, 4000) == pytest.approx(512**-0.5 * 4000**-0.5, rel=1e-12)
+    assert noam_lr(4000, 512, 4000) == pytest.approx(0.000698771, rel=1e-6)
+
+
+def test_known_values_on_both_branches():
+    # warmup branch: linear in step
+    assert noam_lr(1, 512, 4000) == pytest.approx(512**-0.5 * 4000**-1.5, rel=1e-12)
+    assert noam_lr(2000, 512, 4000) == pytest.approx(noam_lr(4000, 512, 4000) / 2, rel=1e-12)
+    # decay branch: inverse square root
+    assert noam_lr(16000, 512, 4000) == pytest.approx(512**-0.5 / math.sqrt(16000), rel=1e-12)
+    assert noam_lr(16000, 512, 4000) == pytest.approx(noam_lr(4000, 512, 4000) / 2, rel=1e-12)
+
+
+def test_factor_scales_linearly():
+    assert noam_lr(123, 256, 400, factor=2.0) == pytest.approx(2 * noam_lr(123, 256, 400), rel=1e-12)
+
+
+def test_step_zero_is_zero_lr():
+    assert noam_lr(0, 512, 4000) == 0.0
+
+
+def test_curve_rises_then_falls_with_maximum_at_warmup():
+    curve = noam_curve(512, 100, 400)
+    assert len(curve) == 400 and curve[0] == noam_lr(1, 512, 100)
+    peak_index = max(range(len(curve)), key=curve.__getitem__)
+    assert peak_index + 1 == 100
+    assert all(a < b for a, b in zip(curve[:peak_index], curve[1 : peak_index + 1]))
+    assert all(a > b for a, b in zip(curve[peak_index:], curve[peak_index + 1 :]))
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"d_model": 0, "warmup_steps": 10}, "d_model"),
+        ({"d_model": 512, "warmup_steps": 0}, "warmup_steps"),
+        ({"d_model": 512, "warmup_steps": 10, "factor": -1.0}, "factor"),
+    ],
+)
+def test_bad_arguments_raise_value_error_naming_them(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        noam_lr(1, **kwargs)
+    with pytest.raises(ValueError, match=name):
+        NoamLR(_optimizer(), **kwargs)
+
+
+def test_negative_step_is_rejected():
+    with pytest.raises(ValueError, match="step"):
+        noam_lr(-1, 512, 4000)
+
+
+def test_optimizer_holds_first_step_lr_right_after_construction():
+    optimizer = _optimizer()
+    NoamLR(optimizer, d_model=512, warmup_steps=4000)
+    assert optimizer.param_groups[0]["lr"] == noam_lr(1, 512, 4000)
+
+
+def test_kth_update_uses_noam_lr_of_k_in_every_group():
+    optimizer = _optimizer(num_groups=2)
+    scheduler = NoamLR(optimizer, d_model=64, warmup_steps=10, factor=2.0)
+    used = []
+    for _ in range(30):
+        used.append([group["lr"] for group in optimizer.param_groups])
+        optimizer.step()
+        scheduler.step()
+    assert used == [[noam_lr(k, 64, 10, 2.0)] * 2 for k in range(1, 31)]
+    assert scheduler.get_last_lr() == [noam_lr(31, 64, 10, 2.0)] * 2
+
+
+def test_make_adam_uses_paper_hyperparameters():
+    optimizer = make_adam([torch.nn.Parameter(torch.zeros(1))])
+    group = optimizer.param_groups[0]
+    assert isinstance(optimizer, torch.optim.Adam)
+    assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9 and group["weight_decay"] == 0.0
+    assert group["lr"] == 1.0
+
+
+def test_resumed_scheduler_continues_the_exact_curve():
+    optimizer = _optimizer()
+    scheduler = NoamLR(optimizer, d_model=64, warmup_steps=10)
+    _train_steps(optimizer, scheduler, 7)
+    saved_scheduler, saved_optimizer = scheduler.state_dict(), optimizer.state_dict()
+    uninterrupted = _train_steps(optimizer, scheduler, 10)
+
+    # Restore scheduler state *after* constructing it on a fresh optimizer whose lr is noam_lr(1).
+    resumed_optimizer = _optimizer()
+    resumed_scheduler = NoamLR(resumed_optimizer, d_model=64, warmup_steps=10)
+    resumed_optimizer.load_state_dict(saved_optimizer)
+    resumed_scheduler.load_state_dict(saved_scheduler)
+    assert _train_steps(resumed_optimizer, resumed_scheduler, 10) == uninterrupted
+
+
+def test_loading_scheduler_state_alone_restores_the_optimizer_lr():
+    optimizer = _optimizer()
+    scheduler = NoamLR(optimizer, d_model=64, warmup_steps=10)
+    _train_steps(optimizer, scheduler, 5)
+    fresh_optimizer = _optimizer()
+    fresh_scheduler = NoamLR(fresh_optimizer, d_model=64, warmup_steps=10)
+    fresh_scheduler.load_state_dict(scheduler.state_dict())
+    assert fresh_optimizer.param_groups[0]["lr"] == noam_lr(6, 64, 10)
+    assert fresh_scheduler.get_last_lr() == [noam_lr(6, 64, 10)]
+
+
+def test_last_epoch_argument_resumes_like_torch_schedulers():
+    optimizer = _optimizer()
+    scheduler = NoamLR(optimizer, d_model=64, warmup_steps=10)
+    _train_steps(optimizer, scheduler, 5)
+    resumed = NoamLR(_optimizer(), d_model=64, warmup_steps=10, last_epoch=4)
+    assert resumed.get_last_lr() == scheduler.get_last_lr() == [noam_lr(6, 64, 10)]

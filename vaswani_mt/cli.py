@@ -1,0 +1,41 @@
+"""`vaswani-mt`: one entry point, one sub-command per job. Each sub-command lives in its own module and is imported
+only when used, so `vaswani-mt --help` stays instant."""
+
+import importlib
+import sys
+
+# sub-command -> (module, function taking argv and returning an exit code, one-line help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "train": ("vaswani_mt.train", "main", "train a model with the paper's recipe from a YAML config"),
+    "translate": ("vaswani_mt.translate", "main", "translate a file or stdin with a trained model"),
+    "export": ("vaswani_mt.export", "main", "export a model for fast inference (CTranslate2)"),
+    "attention": ("vaswani_mt.attention", "main", "draw attention heatmaps for a sentence"),
+    "average": ("vaswani_mt.averaging", "main", "average the weights of several checkpoints (§6.1)"),
+    "plot-schedule": ("vaswani_mt.plotting", "main_schedule", "draw Noam learning-rate curves (§5.3)"),
+    "push": ("vaswani_mt.hub", "main", "push a trained run to the Hugging Face Hub with its model card"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: vaswani-mt <command> [options]", "", "commands:"]
+    lines += [f"  {name:<14} {help_text}" for name, (_, _, help_text) in COMMANDS.items()]
+    lines += ["", "`vaswani-mt <command> --help` describes a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"vaswani-mt: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module_name, function_name, _ = COMMANDS[name]
+    command = getattr(importlib.import_module(module_name), function_name)
+    return int(command(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""The paper's learning-rate schedule and optimizer settings (Vaswani et al. 2017, §5.3).
+
+    lrate = d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5)
+
+The rate rises linearly for the first ``warmup_steps`` updates and then decays with the inverse
+square root of the step number; the two branches meet at ``step == warmup_steps``, where the peak
+is ``d_model^-0.5 · warmup_steps^-0.5``. The paper uses ``warmup_steps = 4000`` with Adam
+(β1 = 0.9, β2 = 0.98, ε = 1e-9). ``factor`` is the extra multiplier from the Annotated
+Transformer (the paper itself has factor 1).
+
+Steps are 1-based: step ``k`` is the k-th optimizer update. Step 0 (before any update) has
+rate 0, which also keeps the formula free of a division by zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch.optim.lr_scheduler import LRScheduler
+
+
+def _require_positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+
+
+def noam_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
+    """Learning rate for the ``step``-th optimizer update (§5.3); ``noam_lr(0, ...) == 0.0``."""
+    _require_positive("d_model", d_model)
+    _require_positive("warmup_steps", warmup_steps)
+    _require_positive("factor", factor)
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step!r}")
+    if step == 0:
+        return 0.0
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def noam_curve(d_model: int, warmup_steps: int, num_steps: int, factor: float = 1.0) -> list[float]:
+    """Rates for updates 1..num_steps (element ``i`` belongs to step ``i + 1``), for plotting."""
+    if num_steps < 0:
+        raise ValueError(f"num_steps must be >= 0, got {num_steps!r}")
+    return [noam_lr(step, d_model, warmup_steps, factor) for step in range(1, num_steps + 1)]
+
+
+class NoamLR(LRScheduler):
+    """Sets every param group's lr to :func:`noam_lr` of the coming update (§5.3).
+
+    Call ``scheduler.step()`` after each ``optimizer.step()``, as with any torch scheduler.
+    Counting is 1-based: right after construction the optimizer's lr is already
+    ``noam_lr(1)``, so the k-th optimizer update runs with ``noam_lr(k)``. Internally
+    ``last_epoch`` holds the number of updates done so far and the current lr is
+    ``noam_lr(last_epoch + 1)``.
+
+    ``last_epoch`` follows the torch convention: -1 for a fresh run. A run resumed after ``n``
+    updates can be rebuilt with ``last_epoch=n - 1``, but the usual route is
+    :meth:`load_state_dict`, which also restores ``d_model``, ``warmup_steps`` and ``factor`` and
+    re-applies the restored lr to the optimizer, so the curve continues exactly where it was
+    saved, whichever order optimizer and scheduler state are loaded in.
+
+    The optimizer's own initial lr is ignored (see :func:`make_adam`, which passes 1.0).
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        d_model: int,
+        warmup_steps: int,
+        factor: float = 1.0,
+        last_epoch: int = -1,
+    ) -> None:
+        _require_positive("d_model", d_model)
+        _require_positive("warmup_steps", warmup_steps)
+        _require_positive("factor", factor)
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+        self.factor = factor
+        # The base class insists on "initial_lr" when resuming with last_epoch >= 0; our schedule
+        # never reads it, so provide it instead of making callers fake it.
+        for group in optimizer.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+        super().__init__(optimizer, last_epoch)
+
+    def _current_lr(self) -> float:
+        return noam_lr(self.last_epoch + 1, self.d_model, self.warmup_steps, self.factor)
+
+    def get_lr(self) -> list[float]:
+        """The lr for every param group; torch calls this after advancing ``last_epoch``."""
+        return [self._current_lr()] * len(self.optimizer.param_groups)
+
+    # Used by the (deprecated) ``step(epoch)`` form; the schedule is closed-form anyway.
+    _get_closed_form_lr = get_lr
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the scheduler and put the restored lr back into the optimizer."""
+        super().load_state_dict(state_dict)
+        lr = self._current_lr()
+        for group in self.optimizer.param_groups:
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
+        self._last_lr = [
+            group["lr"].clone() if isinstance(group["lr"], torch.Tensor) else group["lr"]
+            for group in self.optimizer.param_groups
+        ]
+
+
+def make_adam(
+    params: Iterable[torch.nn.Parameter] | Iterable[dict[str, Any]],
+    betas: tuple[float, float] = (0.9, 0.98),
+    eps: float = 1e-9,
+    weight_decay: float = 0.0,
+) -> torch.optim.Adam:
+    """Adam with the paper's β1 = 0.9, β2 = 0.98, ε = 1e-9 (§5.3).
+
+    The lr is a placeholder (1.0); attach a :class:`NoamLR`, which overwrites it.
+    """
+    return torch.optim.Adam(params, lr=1.0, betas=betas, eps=eps, weight_decay=weight_decay)

@@ -1,0 +1,246 @@
+"""`VaswaniTrainer`: transformers' `Seq2SeqTrainer` with the paper's training recipe wired in.
+
+* Adam with beta = (0.9, 0.98), eps = 1e-9 and the Noam learning-rate schedule (§5.3);
+* label-smoothed cross-entropy, eps_ls = 0.1 (§5.4), summed and divided by the number of target tokens of the whole
+  optimizer batch, so gradient accumulation and multi-process training equal one big batch;
+* batches of similar-length sentences within a token budget (§5.1), via `TokenBudgetBatchSampler`;
+* BLEU and chrF with beam search on the validation set during training, scored with sacreBLEU (signature logged),
+  and without the duplicate rows `Seq2SeqTrainer` keeps under multi-process evaluation;
+* checkpoints that never look complete when a save was interrupted (see `_save_checkpoint`).
+"""
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+from .batching import TokenBudgetBatchSampler
+from .loss import label_smoothed_cross_entropy
+from .metrics import corpus_scores
+from .schedule import NoamLR, make_adam
+
+logger = logging.getLogger(__name__)
+
+# Present in a checkpoint folder while it is being written; removed (after fsync) once every file is on disk.
+SAVING_MARKER = ".saving"
+# Files a complete Trainer checkpoint of ours has.
+CHECKPOINT_FILES = ("model.safetensors", "trainer_state.json", "optimizer.pt", "scheduler.pt")
+
+
+@dataclass
+class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
+    """`Seq2SeqTrainingArguments` with the paper's defaults, plus the recipe's own settings.
+
+    Changed defaults: `adam_beta2=0.98`, `adam_epsilon=1e-9` (§5.3), `warmup_steps=4000` (§5.3),
+    `predict_with_generate=True` and `generation_num_beams=4` (§6.1), `weight_decay=0`.
+    `learning_rate` is not used: the Noam schedule sets the rate.
+    """
+
+    max_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Token budget per batch and side, padding included (§5.1 used ~25k per side). "
+                          "None: batches of per_device_train_batch_size sentences."},
+    )
+    label_smoothing: float = field(default=0.1, metadata={"help": "eps_ls of §5.4 (0 = plain cross-entropy)."})
+    noam_factor: float = field(default=1.0, metadata={"help": "Multiplier of the Noam schedule (§5.3 uses 1)."})
+    warmup_steps: int | float = field(default=4000, metadata={"help": "Noam warm-up updates (§5.3: 4000)."})
+    adam_beta2: float = field(default=0.98, metadata={"help": "§5.3: beta_2 = 0.98."})
+    adam_epsilon: float = field(default=1e-9, metadata={"help": "§5.3: epsilon = 1e-9."})
+    predict_with_generate: bool = field(default=True, metadata={"help": "Score BLEU from generate()."})
+    generation_num_beams: int | None = field(default=4, metadata={"help": "§6.1: beam size 4."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.warmup_steps or self.warmup_steps <= 0:
+            raise ValueError(f"warmup_steps must be > 0 for the Noam schedule (§5.3), got {self.warmup_steps!r}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        if self.label_smoothing_factor:
+            raise ValueError("use label_smoothing (the paper's formulation, §5.4), not label_smoothing_factor")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1 or None, got {self.max_tokens!r}")
+        if self.noam_factor <= 0:
+            raise ValueError(f"noam_factor must be > 0, got {self.noam_factor!r}")
+
+
+def bleu_chrf_metrics(tokenizer, on_signature=None):
+    """A `compute_metrics` for `predict_with_generate`: corpus BLEU and chrF with sacreBLEU's defaults (cased,
+    13a-tokenized, on detokenized text) of decoded predictions against decoded labels. `on_signature` receives the
+    sacreBLEU signatures once."""
+
+    def compute(eval_prediction) -> dict[str, float]:
+        predictions = eval_prediction.predictions
+        if isinstance(predictions, tuple):
+            predictions = predictions[0]
+        pad = tokenizer.pad_token_id
+        predictions = np.where(predictions < 0, pad, predictions)
+        labels = np.where(eval_prediction.label_ids < 0, pad, eval_prediction.label_ids)
+        hypotheses = tokenizer.batch_decode(predictions, skip_special_tokens=True)
+        references = tokenizer.batch_decode(labels, skip_special_tokens=True)
+        scores = corpus_scores(hypotheses, references)
+        if on_signature is not None:
+            on_signature({"bleu": scores["bleu_signature"], "chrf": scores["chrf_signature"]})
+        return {"bleu": scores["bleu"], "chrf": scores["chrf"]}
+
+    return compute
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def is_complete_checkpoint(folder: str | os.PathLike) -> bool:
+    """A checkpoint whose save finished: all files present and no `.saving` marker left behind."""
+    folder = Path(folder)
+    return (folder.is_dir() and not (folder / SAVING_MARKER).exists()
+            and all((folder / name).exists() for name in CHECKPOINT_FILES))
+
+
+def complete_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """`checkpoint-<step>` folders of a run whose save finished, oldest first."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    found = []
+    for child in output_dir.iterdir():
+        name, _, step = child.name.partition("-")
+        if name == "checkpoint" and step.isdigit() and is_complete_checkpoint(child):
+            found.append((int(step), child))
+    return [path for _, path in sorted(found)]
+
+
+class VaswaniTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` with the paper's recipe (module docstring). Use it like `Seq2SeqTrainer`, with
+    `VaswaniTrainingArguments`; `compute_metrics` defaults to BLEU/chrF when a tokenizer is given as
+    `processing_class` and `predict_with_generate` is on."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, VaswaniTrainingArguments):
+            raise TypeError("VaswaniTrainer needs VaswaniTrainingArguments (the recipe's settings live there)")
+        self.bleu_signatures: dict[str, str] | None = None
+        if self.compute_metrics is None and self.args.predict_with_generate and self.processing_class is not None:
+            self.compute_metrics = bleu_chrf_metrics(self.processing_class, self._remember_signatures)
+        self._target_tokens_since_log = 0
+        self._last_log_time = time.perf_counter()
+
+    def _remember_signatures(self, signatures: dict[str, str]) -> None:
+        if self.bleu_signatures is None:
+            logger.info("sacreBLEU signatures: BLEU %s | chrF %s", signatures["bleu"], signatures["chrf"])
+        self.bleu_signatures = signatures
+
+    # -- optimizer and schedule (§5.3) --------------------------------------------------------------------------
+    def create_optimizer(self, model=None):
+        if self.optimizer is None:
+            params = [p for p in (model or self.model).parameters() if p.requires_grad]
+            self.optimizer = make_adam(params, betas=(self.args.adam_beta1, self.args.adam_beta2),
+                                       eps=self.args.adam_epsilon, weight_decay=self.args.weight_decay)
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.lr_scheduler is None:
+            d_model = self.accelerator.unwrap_model(self.model).config.d_model
+            self.lr_scheduler = NoamLR(optimizer or self.optimizer, d_model=d_model,
+                                       warmup_steps=int(self.args.warmup_steps), factor=self.args.noam_factor)
+        return self.lr_scheduler
+
+    # -- token-budget batches (§5.1) ----------------------------------------------------------------------------
+    def get_train_dataloader(self) -> DataLoader:
+        if self.args.max_tokens is None:
+            return super().get_train_dataloader()
+        dataset = self._remove_unused_columns(self.train_dataset, description="training")
+        sampler = TokenBudgetBatchSampler.from_dataset(
+            dataset, max_tokens=self.args.max_tokens, seed=self.args.seed,
+            num_replicas=self.args.world_size, rank=self.args.process_index,
+        )
+        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=self.data_collator,
+                            num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
+        loader = self.accelerator.prepare(loader)
+        # The sampler already gives each process its own batches: accelerate's shard wrapper must pass them through.
+        wrapper = getattr(loader, "batch_sampler", None)
+        if wrapper is not None and getattr(wrapper, "batch_sampler", None) is sampler:
+            wrapper.num_processes, wrapper.process_index = 1, 0
+        return loader
+
+    # -- loss (§5.4) --------------------------------------------------------------------------------------------
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """Training: label-smoothed cross-entropy summed over target tokens, divided by `num_items_in_batch` (the
+        target tokens of the whole accumulated, all-process batch). Evaluation: the plain per-token NLL."""
+        inputs = dict(inputs)
+        labels = inputs.pop("labels")
+        if "decoder_input_ids" not in inputs:
+            inputs["decoder_input_ids"] = self.accelerator.unwrap_model(model).prepare_decoder_input_ids_from_labels(
+                labels)
+        outputs = model(**inputs, use_cache=False)
+        epsilon = self.args.label_smoothing if model.training else 0.0
+        pad_token_id = self.accelerator.unwrap_model(model).config.pad_token_id
+        loss_sum, _, num_tokens = label_smoothed_cross_entropy(outputs.logits, labels, epsilon=epsilon,
+                                                               pad_token_id=pad_token_id)
+        if model.training:
+            self._target_tokens_since_log += int(num_tokens)
+        if num_items_in_batch is None:
+            loss = loss_sum / num_tokens.clamp(min=1)
+        else:
+            loss = loss_sum / num_items_in_batch
+            # Each process's gradient is averaged over processes by DDP; num_items_in_batch counts all processes.
+            if self.args.average_tokens_across_devices and self.accelerator.num_processes > 1:
+                loss = loss * self.accelerator.num_processes
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:
+            now = time.perf_counter()
+            tokens = self._target_tokens_since_log * self.accelerator.num_processes
+            logs["target_tokens_per_second"] = round(tokens / max(now - self._last_log_time, 1e-9), 1)
+            self._target_tokens_since_log, self._last_log_time = 0, now
+        super().log(logs, start_time)
+
+    # -- evaluation under several processes ---------------------------------------------------------------------
+    @property
+    def gather_function(self):
+        # Seq2SeqTrainer.evaluate/predict switch to accelerator.gather, which keeps the rows that even batches repeat
+        # under multi-process evaluation, so BLEU would score duplicates; gather_for_metrics drops them.
+        return self.accelerator.gather_for_metrics
+
+    @gather_function.setter
+    def gather_function(self, value) -> None:
+        pass
+
+    # -- checkpoints that never look complete when a save was interrupted ---------------------------------------
+    def _save_checkpoint(self, model, trial) -> None:
+        """A `.saving` marker is created (and synced) before the Trainer writes the folder and removed only after
+        every file is synced, so a kill during a save leaves a folder that `is_complete_checkpoint` rejects."""
+        folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+        writes_files = self.args.should_save
+        if writes_files:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / SAVING_MARKER).touch()
+            _fsync_tree(folder)
+        super()._save_checkpoint(model, trial)
+        if writes_files and folder.exists():
+            _fsync_tree(folder)
+            (folder / SAVING_MARKER).unlink()
+            _fsync_tree(folder)
+
+
+__all__ = [
+    "VaswaniTrainer",
+    "VaswaniTrainingArguments",
+    "bleu_chrf_metrics",
+    "complete_checkpoints",
+    "is_complete_checkpoint",
+]
