@@ -1,0 +1,258 @@
+"""The YAML run configuration of `vaswani-mt train`: typed sections, validated before any work starts.
+
+A config file has the sections `data`, `tokenizer`, `model`, `training`, the key `output_dir` and optionally a
+`quick` section of dotted overrides applied by `--quick`. Command-line overrides are dotted too:
+`--training.max_steps 300 --model.config.norm_style pre`. Every error names the key (and, for unknown keys,
+suggests the closest known one).
+"""
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SHIPPED_CONFIGS = Path(__file__).parent / "configs"
+
+
+class ConfigError(ValueError):
+    """An invalid run configuration; the message names the key and the rule."""
+
+
+@dataclass
+class DataConfig:
+    path: str = "../shared/data/multi30k"  # folder of {split}.{lang} files, a JSONL/CSV/Parquet file, or a Hub id
+    source_lang: str = "en"
+    target_lang: str = "de"
+    train_split: str = "train"
+    valid_split: str = "valid"
+    test_split: str | None = "test2016"  # scored with beam search after training; None to skip
+    valid_subset: int | None = None  # score BLEU during training on the first N valid pairs only (faster)
+    max_length: int = 256  # tokens; longer training examples are truncated (a warning counts them)
+    drop_duplicates: bool = False  # drop exact duplicate training pairs
+
+
+@dataclass
+class TokenizerConfig:
+    path: str | None = None  # an existing tokenizer folder; None trains a joint BPE on the training split (§5.1)
+    vocab_size: int = 8000
+    min_frequency: int = 2
+
+
+@dataclass
+class ModelConfig:
+    preset: str = "small"  # base / big (Table 3), small, tiny
+    config: dict = field(default_factory=dict)  # VaswaniConfig fields overriding the preset, e.g. {dropout: 0.3}
+
+
+@dataclass
+class TrainingConfig:
+    max_tokens: int = 4096  # token budget per batch and side, padding included (§5.1: ~25k on 8 GPUs)
+    gradient_accumulation_steps: int = 1  # multiply the batch without more memory
+    max_steps: int | None = None  # stop after this many updates (None: num_epochs decides)
+    num_epochs: float = 30.0
+    max_minutes: float | None = None  # stop (with a final checkpoint) after this much wall time
+    warmup_steps: int = 4000  # Noam warm-up (§5.3)
+    noam_factor: float = 1.0  # Noam multiplier (§5.3 uses 1)
+    label_smoothing: float = 0.1  # eps_ls (§5.4)
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_epsilon: float = 1e-9
+    weight_decay: float = 0.0
+    max_grad_norm: float = 0.0  # 0 = no clipping, as in the paper
+    eval_steps: int = 1000  # evaluate (beam search BLEU on valid) and save a checkpoint every N updates
+    logging_steps: int = 50
+    keep_checkpoints: int = 5  # checkpoints kept on disk (the best by BLEU is always kept as well)
+    average_last: int = 5  # average the last N checkpoints at the end (§6.1); 0 or 1 = no averaging
+    num_beams: int = 4  # beam size for validation and test (§6.1)
+    seed: int = 1
+    num_threads: int | None = None  # torch CPU threads (None: torch's default)
+    bf16: bool = False  # bfloat16 autocast
+
+
+@dataclass
+class RunConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    output_dir: str = "runs/run"
+    quick: dict = field(default_factory=dict)  # dotted overrides applied by --quick
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _suggest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(sorted(known))}"
+
+
+def _type_ok(value: Any, annotation: Any) -> bool:
+    if annotation is typing.Any:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, arg) for arg in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is not None:
+        annotation = origin
+    return isinstance(value, annotation)
+
+
+def _type_name(annotation: Any) -> str:
+    return str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
+
+
+def _build(cls, values: Any, where: str):
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where or 'config'} must be a mapping of keys to values, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in values.items():
+        dotted = f"{where}.{key}" if where else str(key)
+        if key not in known:
+            raise ConfigError(f"unknown config key {dotted!r}{_suggest(str(key), known)}")
+        annotation = hints[key]
+        if dataclasses.is_dataclass(annotation):
+            kwargs[key] = _build(annotation, value, dotted)
+        elif not _type_ok(value, annotation):
+            raise ConfigError(f"config key {dotted!r} must be of type {_type_name(annotation)}, got {value!r}")
+        else:
+            kwargs[key] = float(value) if annotation is float else value
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"cannot set {dotted!r}: {part!r} is not a section")
+    node[parts[-1]] = value
+
+
+def resolve_config_path(name_or_path: str) -> Path:
+    """A config file path, or the name of a shipped config (`multi30k-en-de`)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = SHIPPED_CONFIGS / f"{name_or_path}.yaml"
+    if shipped.is_file():
+        return shipped
+    names = sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml"))
+    raise ConfigError(f"config {name_or_path!r} is neither a file nor a shipped config ({', '.join(names)})")
+
+
+def load_run_config(name_or_path: str | None, overrides: dict[str, Any] | None = None,
+                    quick: bool = False) -> RunConfig:
+    """Read a YAML config, apply `--quick` and dotted overrides, validate types and values."""
+    raw: dict = {}
+    if name_or_path is not None:
+        path = resolve_config_path(name_or_path)
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{path}: not valid YAML: {error}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping (sections data, tokenizer, model, training)")
+    if quick:
+        quick_overrides = raw.get("quick") or {}
+        if not quick_overrides:
+            raise ConfigError("--quick given but the config has no 'quick' section")
+        for dotted, value in quick_overrides.items():
+            _set_dotted(raw, dotted, value)
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(raw, dotted, value)
+    config = _build(RunConfig, raw, "")
+    validate(config)
+    return config
+
+
+def validate(config: RunConfig) -> None:
+    """Rules beyond types, checked before any work starts."""
+    from .configuration_vaswani import PRESETS, VaswaniConfig
+
+    t = config.training
+    positive = {"training.max_tokens": t.max_tokens, "training.warmup_steps": t.warmup_steps,
+                "training.eval_steps": t.eval_steps, "training.logging_steps": t.logging_steps,
+                "training.gradient_accumulation_steps": t.gradient_accumulation_steps,
+                "training.num_beams": t.num_beams, "training.keep_checkpoints": t.keep_checkpoints,
+                "training.noam_factor": t.noam_factor, "training.num_epochs": t.num_epochs,
+                "tokenizer.vocab_size": config.tokenizer.vocab_size, "data.max_length": config.data.max_length}
+    for key in ("max_steps", "max_minutes", "num_threads"):
+        if getattr(t, key) is not None:
+            positive[f"training.{key}"] = getattr(t, key)
+    if config.data.valid_subset is not None:
+        positive["data.valid_subset"] = config.data.valid_subset
+    for key, value in positive.items():
+        if value <= 0:
+            raise ConfigError(f"{key} must be > 0, got {value!r}")
+    if not 0.0 <= t.label_smoothing < 1.0:
+        raise ConfigError(f"training.label_smoothing must be in [0, 1), got {t.label_smoothing!r}")
+    if t.average_last < 0:
+        raise ConfigError(f"training.average_last must be >= 0, got {t.average_last!r}")
+    if t.average_last > t.keep_checkpoints:
+        raise ConfigError(f"training.average_last ({t.average_last}) cannot exceed training.keep_checkpoints "
+                          f"({t.keep_checkpoints}): older checkpoints are deleted")
+    if config.data.max_length < 2:
+        raise ConfigError("data.max_length must be at least 2 (one token and </s>)")
+    if config.model.preset not in PRESETS:
+        raise ConfigError(f"model.preset {config.model.preset!r} is unknown; choose one of {sorted(PRESETS)}")
+    known = [f.name for f in dataclasses.fields(VaswaniConfig)]
+    for key in config.model.config:
+        if key not in known:
+            raise ConfigError(f"unknown config key 'model.config.{key}'{_suggest(key, known)}")
+    try:
+        VaswaniConfig.from_preset(config.model.preset, **{**config.model.config, "vocab_size": 10 ** 6})
+    except ValueError as error:
+        raise ConfigError(f"model.config: {error}") from None
+    data_path = Path(config.data.path)
+    if _looks_local(config.data.path) and not data_path.exists():
+        raise ConfigError(f"data.path {config.data.path!r} does not exist (resolved: {data_path.resolve()})")
+    if config.tokenizer.path is not None and not Path(config.tokenizer.path).is_dir():
+        raise ConfigError(f"tokenizer.path {config.tokenizer.path!r} is not a folder")
+    if config.data.source_lang == config.data.target_lang:
+        raise ConfigError("data.source_lang and data.target_lang must differ")
+
+
+def _looks_local(path: str) -> bool:
+    """Hub dataset ids look like `name` or `owner/name`; anything with a path marker is local."""
+    return path.startswith((".", "/", "~")) or path.count("/") > 1 or Path(path).exists()
+
+
+def parse_overrides(tokens: list[str]) -> dict[str, Any]:
+    """`--a.b value` pairs (values parsed as YAML scalars: 300 -> int, pre -> str, null -> None)."""
+    overrides: dict[str, Any] = {}
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        if not token.startswith("--") or len(token) == 2:
+            raise ConfigError(f"expected an override like --training.max_steps 300, got {token!r}")
+        key, has_equals, value = token[2:].partition("=")
+        if not has_equals:
+            if index + 1 >= len(tokens):
+                raise ConfigError(f"override --{key} has no value")
+            value = tokens[index + 1]
+            index += 1
+        try:
+            overrides[key.replace("-", "_")] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            overrides[key.replace("-", "_")] = value
+        index += 1
+    return overrides
+
+
+def save_run_config(config: RunConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False, allow_unicode=True), encoding="utf-8")

@@ -1,0 +1,332 @@
+"""`vaswani-mt train`: the paper's recipe end to end, from a YAML config to a scored, saved model.
+
+    vaswani-mt train --config multi30k-en-de [--quick] [--resume] [--output-dir DIR] [--training.max_steps 300 ...]
+
+Steps: validate the config; load and clean the data; train a joint BPE tokenizer unless one is given (§5.1);
+train with `VaswaniTrainer` (Noam + Adam, label smoothing, token-budget batches, BLEU on valid with beam search,
+checkpoints); average the last checkpoints (§6.1) and keep whichever of {average, best checkpoint} scores higher
+on valid; translate the test split with beam search and score it; write the run folder:
+
+    config.yaml  train.log  tokenizer/  checkpoints/  model/  metrics.json  test.hyp  plots/
+
+Runs the same under `torchrun --nproc_per_node N` or `accelerate launch --multi_gpu --num_processes N` (see
+README); `--resume` continues from the last complete checkpoint after a crash or kill.
+"""
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, DataCollatorForSeq2Seq, TrainerCallback, set_seed
+
+from .averaging import average_checkpoints
+from .configuration_vaswani import VaswaniConfig
+from .data import CleaningOptions, load_parallel, tokenize_dataset
+from .metrics import corpus_scores, moses_tokenized_bleu
+from .modeling_vaswani import VaswaniForConditionalGeneration
+from .run_config import ConfigError, RunConfig, load_run_config, parse_overrides, save_run_config
+from .tokenization import normalize_text, train_tokenizer
+from .trainer import VaswaniTrainer, VaswaniTrainingArguments, complete_checkpoints, is_complete_checkpoint
+
+logger = logging.getLogger("vaswani_mt.train")
+
+
+class TimeBudget(TrainerCallback):
+    """Stops training (saving and evaluating first) once `max_minutes` of training time have passed. The clock
+    counts this process's training only, so a resumed run gets a fresh budget for its remaining part."""
+
+    def __init__(self, max_minutes: float):
+        self.deadline_seconds = max_minutes * 60
+        self.started = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.perf_counter() - self.started > self.deadline_seconds:
+            logger.info("time budget reached at step %d: saving and stopping", state.global_step)
+            control.should_training_stop = control.should_save = control.should_evaluate = True
+        return control
+
+
+def _setup_logging(run_dir: Path, is_main: bool) -> None:
+    handlers = [logging.StreamHandler(sys.stderr)]
+    if is_main:
+        handlers.append(logging.FileHandler(run_dir / "train.log", encoding="utf-8"))
+    logging.basicConfig(level=logging.INFO if is_main else logging.WARNING, handlers=handlers, force=True,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _training_arguments(config: RunConfig, run_dir: Path) -> VaswaniTrainingArguments:
+    t = config.training
+    return VaswaniTrainingArguments(
+        output_dir=str(run_dir / "checkpoints"),
+        max_tokens=t.max_tokens, gradient_accumulation_steps=t.gradient_accumulation_steps,
+        max_steps=t.max_steps if t.max_steps is not None else -1, num_train_epochs=t.num_epochs,
+        warmup_steps=t.warmup_steps, noam_factor=t.noam_factor, label_smoothing=t.label_smoothing,
+        adam_beta1=t.adam_beta1, adam_beta2=t.adam_beta2, adam_epsilon=t.adam_epsilon,
+        weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm,
+        eval_strategy="steps", eval_steps=t.eval_steps, save_strategy="steps", save_steps=t.eval_steps,
+        save_total_limit=t.keep_checkpoints, load_best_model_at_end=True, metric_for_best_model="bleu",
+        greater_is_better=True, logging_steps=t.logging_steps, logging_first_step=True,
+        per_device_eval_batch_size=64, generation_num_beams=t.num_beams, predict_with_generate=True,
+        seed=t.seed, bf16=t.bf16, use_cpu=not torch.cuda.is_available(), report_to=[],
+        ddp_find_unused_parameters=False,
+        dataloader_num_workers=0, disable_tqdm=not sys.stderr.isatty(),
+    )
+
+
+def _load_tokenizer(config: RunConfig, dataset, run_dir: Path, args: VaswaniTrainingArguments):
+    """The run's tokenizer: `tokenizer.path`, else the one a previous attempt of this run trained, else a new joint
+    BPE learned on the training split (main process first; the others load what it saved)."""
+    saved = run_dir / "tokenizer"
+    with args.main_process_first(desc="tokenizer"):
+        if config.tokenizer.path is not None:
+            return AutoTokenizer.from_pretrained(config.tokenizer.path)
+        if (saved / "tokenizer.json").exists():
+            return AutoTokenizer.from_pretrained(saved)
+        started = time.perf_counter()
+        tokenizer = train_tokenizer(dataset[config.data.train_split], vocab_size=config.tokenizer.vocab_size,
+                                    min_frequency=config.tokenizer.min_frequency,
+                                    languages=[config.data.source_lang, config.data.target_lang])
+        logger.info("trained a joint BPE tokenizer (%d tokens) in %.1f s", len(tokenizer),
+                    time.perf_counter() - started)
+        if args.should_save:
+            tokenizer.save_pretrained(saved)
+        return tokenizer
+
+
+def _model_config(config: RunConfig, tokenizer) -> VaswaniConfig:
+    return VaswaniConfig.from_preset(
+        config.model.preset, **{
+            **config.model.config, "vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+            "decoder_start_token_id": tokenizer.bos_token_id,
+        })
+
+
+def _score(trainer: VaswaniTrainer, dataset, references: list[str], target_lang: str, num_beams: int, prefix: str):
+    """Translate `dataset` with beam search and score against the raw `references` (normalised as the
+    tokenizer normalises): cased detokenized sacreBLEU + chrF, and lowercased Moses-tokenized BLEU."""
+    started = time.perf_counter()
+    output = trainer.predict(dataset, metric_key_prefix=prefix, num_beams=num_beams)
+    tokenizer = trainer.processing_class
+    predictions = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+    predictions = predictions.clip(min=0)
+    hypotheses = [h.strip() for h in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
+    references = [normalize_text(r) for r in references]
+    scores = corpus_scores(hypotheses, references)
+    tokenized = moses_tokenized_bleu(hypotheses, references, lang=target_lang, lowercase=True)
+    result = {
+        "sentences": len(hypotheses),
+        "bleu": scores["bleu"], "bleu_signature": scores["bleu_signature"],
+        "chrf": scores["chrf"], "chrf_signature": scores["chrf_signature"],
+        "bleu_lowercased_moses_tokenized": tokenized["bleu"],
+        "bleu_lowercased_moses_tokenized_signature": tokenized["bleu_signature"],
+        "num_beams": num_beams, "seconds": round(time.perf_counter() - started, 1),
+    }
+    return result, hypotheses
+
+
+def _hardware() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "cuda": torch.cuda.is_available(), "torch": torch.__version__}
+
+
+def _select_final_model(trainer: VaswaniTrainer, checkpoints_dir: Path, run_dir: Path, config: RunConfig,
+                        valid_dataset) -> dict:
+    """§6.1: average the last checkpoints; keep the average if it beats the best checkpoint on valid BLEU."""
+    best_metrics = trainer.evaluate(valid_dataset, metric_key_prefix="valid")
+    choice = {"chosen": "best_checkpoint", "best_checkpoint": trainer.state.best_model_checkpoint,
+              "valid_bleu_best_checkpoint": best_metrics.get("valid_bleu")}
+    last = complete_checkpoints(checkpoints_dir)[-config.training.average_last:]
+    if config.training.average_last > 1 and len(last) > 1:
+        averaged_dir = run_dir / "averaged"
+        if trainer.args.should_save:
+            average_checkpoints(last, output_dir=averaged_dir)
+        trainer.accelerator.wait_for_everyone()
+        best_state = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+        averaged = VaswaniForConditionalGeneration.from_pretrained(averaged_dir)
+        trainer.model.load_state_dict(averaged.state_dict())
+        averaged_metrics = trainer.evaluate(valid_dataset, metric_key_prefix="valid")
+        choice.update(averaged_checkpoints=[p.name for p in last],
+                      valid_bleu_averaged=averaged_metrics.get("valid_bleu"))
+        if averaged_metrics.get("valid_bleu", -1) >= best_metrics.get("valid_bleu", -1):
+            choice["chosen"] = "averaged"
+        else:
+            trainer.model.load_state_dict(best_state)
+    logger.info("final model: %s", json.dumps(choice))
+    return choice
+
+
+def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
+    run_dir = Path(config.output_dir)
+    checkpoints_dir = run_dir / "checkpoints"
+    if run_dir.exists() and not resume and any(run_dir.iterdir()):
+        raise ConfigError(f"output_dir {run_dir} already holds a run: pass --resume to continue it, or choose "
+                          "another --output-dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    args = _training_arguments(config, run_dir)
+    _setup_logging(run_dir, args.should_save)
+    if config.training.num_threads:
+        torch.set_num_threads(config.training.num_threads)
+    if args.should_save:
+        save_run_config(config, run_dir / "config.yaml")
+    logger.info("run folder %s; world size %d", run_dir, args.world_size)
+
+    cleaning = CleaningOptions(deduplicate=config.data.drop_duplicates, filter_splits=(config.data.train_split,))
+    splits = [s for s in (config.data.train_split, config.data.valid_split, config.data.test_split) if s]
+    src, tgt = config.data.source_lang, config.data.target_lang
+    with args.main_process_first(desc="data"):
+        raw, cleaning_report = load_parallel(config.data.path, src, tgt, splits=splits, clean=cleaning)
+    logger.info("data: %s", cleaning_report.summary())
+    tokenizer = _load_tokenizer(config, raw, run_dir, args)
+    with args.main_process_first(desc="tokenize"):
+        tokenized = tokenize_dataset(raw, tokenizer, src, tgt, max_length=config.data.max_length)
+    valid = tokenized[config.data.valid_split]
+    if config.data.valid_subset is not None:
+        valid = valid.select(range(min(config.data.valid_subset, len(valid))))
+
+    set_seed(config.training.seed)  # the initial weights, so that a run is reproducible from its config
+    model = VaswaniForConditionalGeneration(_model_config(config, tokenizer))
+    logger.info("model: %s preset, %.2fM parameters, %s-norm", config.model.preset, model.num_parameters() / 1e6,
+                model.config.norm_style)
+    callbacks = [TimeBudget(config.training.max_minutes)] if config.training.max_minutes else []
+    trainer = VaswaniTrainer(
+        model=model, args=args, train_dataset=tokenized[config.data.train_split], eval_dataset=valid,
+        processing_class=tokenizer, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        callbacks=callbacks,
+    )
+
+    resume_from = None
+    if resume:
+        for folder in checkpoints_dir.glob("checkpoint-*") if checkpoints_dir.exists() else []:
+            if not is_complete_checkpoint(folder) and args.should_save:
+                logger.warning("removing %s: its save did not finish", folder)
+                shutil.rmtree(folder)
+        complete = complete_checkpoints(checkpoints_dir)
+        resume_from = str(complete[-1]) if complete else None
+        logger.info("resuming from %s", resume_from or "scratch (no complete checkpoint yet)")
+    trainer.accelerator.wait_for_everyone()
+
+    started = time.perf_counter()
+    train_output = trainer.train(resume_from_checkpoint=resume_from)
+    train_seconds = time.perf_counter() - started
+    history = trainer.state.log_history
+    rates = [entry["target_tokens_per_second"] for entry in history if "target_tokens_per_second" in entry]
+
+    choice = _select_final_model(trainer, checkpoints_dir, run_dir, config, valid)
+    metrics = {
+        "command": command,
+        "training": {
+            "steps": trainer.state.global_step, "epochs": round(trainer.state.epoch or 0, 2),
+            "wall_seconds_this_process": round(train_seconds, 1),
+            "train_runtime_seconds": train_output.metrics.get("train_runtime"),
+            "target_tokens_per_second_median": sorted(rates)[len(rates) // 2] if rates else None,
+            "final_train_loss": next((e["loss"] for e in reversed(history) if "loss" in e), None),
+            "world_size": args.world_size, "hardware": _hardware(),
+        },
+        "model": {"preset": config.model.preset, "parameters": model.num_parameters(),
+                  "config": model.config.to_diff_dict()},
+        "data": cleaning_report.to_dict(),
+        "selection": choice,
+        "bleu_signatures_during_training": trainer.bleu_signatures,
+    }
+    final_dir = run_dir / "model"
+    if args.should_save:
+        trainer.model.save_pretrained(final_dir)
+        tokenizer.save_pretrained(final_dir)
+        _add_pipeline_code(trainer.model, tokenizer, final_dir)
+
+    if config.data.test_split:
+        references = [pair[tgt] for pair in raw[config.data.test_split]["translation"]]
+        test_scores, hypotheses = _score(trainer, tokenized[config.data.test_split], references, tgt,
+                                         config.training.num_beams, prefix="test")
+        metrics["test"] = {"split": config.data.test_split, **test_scores}
+        if args.should_save:
+            (run_dir / "test.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+        logger.info("test %s: BLEU %.2f (%s), chrF %.2f, lowercased Moses-tokenized BLEU %.2f",
+                    config.data.test_split, test_scores["bleu"], test_scores["bleu_signature"], test_scores["chrf"],
+                    test_scores["bleu_lowercased_moses_tokenized"])
+    if args.should_save:
+        (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n",
+                                              encoding="utf-8")
+        (run_dir / "log_history.json").write_text(json.dumps(history, indent=1) + "\n", encoding="utf-8")
+        _plot(history, run_dir / "plots")
+    return metrics
+
+
+def _add_pipeline_code(model, tokenizer, folder: Path) -> None:
+    """Make `pipeline("translation", model=folder, trust_remote_code=True)` work with stock transformers."""
+    try:
+        from .pipeline_vaswani import save_for_pipeline
+    except ImportError:  # pragma: no cover - the pipeline module is part of the package
+        return
+    save_for_pipeline(model, tokenizer, folder)
+
+
+def _plot(history: list[dict], folder: Path) -> None:
+    try:
+        from .plotting import plot_training_curves
+    except ImportError:
+        logger.info("matplotlib not installed: no plots (pip install 'vaswani-mt[plot]')")
+        return
+    try:
+        paths = plot_training_curves(history, folder)
+        logger.info("plots: %s", ", ".join(str(p) for p in paths))
+    except ImportError as error:
+        logger.info("no plots: %s", error)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vaswani-mt train", description="Train a Transformer with the paper's recipe.",
+        epilog="Any config key can be overridden with a dotted option, e.g. --training.max_steps 300 "
+               "--model.config.norm_style pre --data.path ../shared/data/multi30k",
+    )
+    parser.add_argument("--config", required=True,
+                        help="a YAML file or a shipped config name (multi30k-en-de, multi30k-de-en, wmt14-en-de-base)")
+    parser.add_argument("--quick", action="store_true", help="apply the config's 'quick' section: a few minutes on a CPU")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
+    parser.add_argument("--output-dir", help="run folder (overrides output_dir)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    known, rest = parser.parse_known_args(argv)
+    try:
+        overrides = parse_overrides(rest)
+        if known.output_dir:
+            overrides["output_dir"] = known.output_dir
+        config = load_run_config(known.config, overrides, quick=known.quick)
+        if known.resume and (Path(config.output_dir) / "config.yaml").exists():
+            saved = load_run_config(str(Path(config.output_dir) / "config.yaml"))
+            if saved.to_dict() != config.to_dict():
+                raise ConfigError(f"--resume: the config differs from the one {config.output_dir}/config.yaml was "
+                                  "started with; resume with the same config and overrides")
+        run(config, resume=known.resume, command="vaswani-mt train " + " ".join(argv))
+    except ConfigError as error:
+        print(f"vaswani-mt train: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
