@@ -116,6 +116,8 @@ def make_adam(
 ) -> torch.optim.Adam:
     """Adam with the paper's β1 = 0.9, β2 = 0.98, ε = 1e-9 (§5.3).
 
-    The lr is a placeholder (1.0); attach a :class:`NoamLR`, which overwrites it.
+    The lr is a placeholder (1.0); attach a :class:`NoamLR`, which overwrites it. The fused kernel (one pass over
+    each parameter instead of a Python loop of elementwise ops; what transformers' Trainer uses by default too)
+    gives the same update and is several times faster on CPU.
     """
-    return torch.optim.Adam(params, lr=1.0, betas=betas, eps=eps, weight_decay=weight_decay)
+    return torch.optim.Adam(params, lr=1.0, betas=betas, eps=eps, weight_decay=weight_decay, fused=True)

@@ -154,8 +154,10 @@ class VaswaniTrainer(Seq2SeqTrainer):
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if self.lr_scheduler is None:
             d_model = self.accelerator.unwrap_model(self.model).config.d_model
+            # get_warmup_steps: a float warmup_steps < 1 is a fraction of the training steps, as in TrainingArguments.
             self.lr_scheduler = NoamLR(optimizer or self.optimizer, d_model=d_model,
-                                       warmup_steps=int(self.args.warmup_steps), factor=self.args.noam_factor)
+                                       warmup_steps=self.args.get_warmup_steps(num_training_steps),
+                                       factor=self.args.noam_factor)
         return self.lr_scheduler
 
     # -- token-budget batches (§5.1) ----------------------------------------------------------------------------
@@ -179,7 +181,10 @@ class VaswaniTrainer(Seq2SeqTrainer):
     # -- loss (§5.4) --------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """Training: label-smoothed cross-entropy summed over target tokens, divided by `num_items_in_batch` (the
-        target tokens of the whole accumulated, all-process batch). Evaluation: the plain per-token NLL."""
+        target tokens of the whole accumulated, all-process batch). Outside training (eval without generation):
+        the plain NLL per target token of the batch. With `predict_with_generate`, `Seq2SeqTrainer.prediction_step`
+        takes the model's own loss instead, so `eval_loss` is then a mean of per-batch token means (not
+        token-weighted across batches)."""
         inputs = dict(inputs)
         labels = inputs.pop("labels")
         if "decoder_input_ids" not in inputs:
