@@ -84,3 +84,30 @@ def multi30k_tokenized(multi30k_cleaned, multi30k_tokenizer):
     from vaswani_mt.data import tokenize_dataset
 
     return tokenize_dataset(multi30k_cleaned[0], multi30k_tokenizer, "en", "de")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    """Tests use tiny models, which run fastest on one thread, and far faster than on two when another process
+    (a training run, a second test process) is busy on this 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """A small BPE tokenizer (tests/tiny_tokenizer.py) with vaswani_mt's special tokens."""
+    from tiny_tokenizer import make_tokenizer
+
+    return make_tokenizer()
+
+
+@pytest.fixture
+def model(tokenizer):
+    """A tiny model sized to `tokenizer`, seeded, in eval mode."""
+    from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
+
+    torch.manual_seed(0)
+    return VaswaniForConditionalGeneration(VaswaniConfig.from_preset("tiny", vocab_size=len(tokenizer))).eval()

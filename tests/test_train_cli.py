@@ -75,7 +75,7 @@ def test_bad_config_is_refused_before_any_work_with_the_key_named(tmp_path, smal
 def test_shipped_configs_load_and_quick_mode_shortens_the_run():
     full = load_run_config("multi30k-en-de")
     quick = load_run_config("multi30k-en-de", quick=True)
-    assert full.model.preset == "small" and full.training.max_minutes == 90
+    assert full.model.preset == "small" and full.training.max_minutes == 85
     assert quick.training.max_steps < 1000 and quick.output_dir != full.output_dir
     assert load_run_config("multi30k-de-en").data.source_lang == "de"
     assert load_run_config("wmt14-en-de-base", {"data.path": "."}).tokenizer.vocab_size == 37000
@@ -152,3 +152,21 @@ def test_resume_skips_a_checkpoint_whose_save_did_not_finish(tmp_path, small_cor
     assert "removing" in result.stderr and "checkpoint-8" in result.stderr
     assert "resuming from " + str(checkpoints / "checkpoint-4") in result.stderr
     assert is_complete_checkpoint(checkpoints / "checkpoint-8")  # written again by the resumed run
+
+
+# -- the same command under torchrun ------------------------------------------------------------------------------
+
+def test_the_train_command_runs_under_torchrun_with_two_processes(tmp_path, small_corpus):
+    config = tiny_config(tmp_path, small_corpus, max_steps=4, eval_steps=4, average_last=0)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         "-m", "vaswani_mt.train", "--config", str(config)],
+        capture_output=True, text=True, env=env, timeout=300, cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["training"]["world_size"] == 2
+    assert metrics["training"]["steps"] == 4
+    assert (tmp_path / "run" / "model" / "model.safetensors").exists()
+    assert is_complete_checkpoint(tmp_path / "run" / "checkpoints" / "checkpoint-4")

@@ -13,6 +13,7 @@ from .data import CleaningOptions, CleaningReport, DataError, load_parallel, tok
 from .loss import label_smoothed_cross_entropy
 from .metrics import corpus_scores, load_metric, moses_tokenized_bleu
 from .modeling_vaswani import VaswaniForConditionalGeneration, VaswaniModel, VaswaniPreTrainedModel
+from .pipeline_vaswani import TranslationPipeline, register_translation_pipeline, save_for_pipeline
 from .schedule import NoamLR, make_adam, noam_curve, noam_lr
 from .tokenization import normalize_text, train_tokenizer
 from .trainer import VaswaniTrainer, VaswaniTrainingArguments
@@ -27,6 +28,8 @@ AutoModelForSeq2SeqLM.register(VaswaniConfig, VaswaniForConditionalGeneration, e
 VaswaniConfig.register_for_auto_class()
 VaswaniModel.register_for_auto_class("AutoModel")
 VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+# transformers 5 removed the "translation" task; bring it back, served by our TranslationPipeline.
+register_translation_pipeline()
 
 __all__ = [
     "PRESETS",
@@ -35,6 +38,7 @@ __all__ = [
     "DataError",
     "NoamLR",
     "TokenBudgetBatchSampler",
+    "TranslationPipeline",
     "VaswaniConfig",
     "VaswaniForConditionalGeneration",
     "VaswaniModel",
@@ -53,6 +57,8 @@ __all__ = [
     "noam_lr",
     "normalize_text",
     "padding_stats",
+    "register_translation_pipeline",
+    "save_for_pipeline",
     "tokenize_dataset",
     "train_tokenizer",
 ]

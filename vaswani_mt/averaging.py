@@ -248,7 +248,7 @@ def _fsync_directory(directory: Path) -> None:
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="average_checkpoints",
+        prog="vaswani-mt average",
         description="Average model weights of several checkpoints (Vaswani et al. 2017, §6.1).",
     )
     source = parser.add_mutually_exclusive_group(required=True)

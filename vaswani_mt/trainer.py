@@ -241,6 +241,30 @@ class VaswaniTrainer(Seq2SeqTrainer):
             (folder / SAVING_MARKER).unlink()
             _fsync_tree(folder)
 
+    # -- Hub pushes carry our model card and the model + pipeline code ------------------------------------------------
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        super()._save(output_dir, state_dict)
+        if self.args.push_to_hub and self.args.should_save:
+            from .hub import add_pipeline_code
+
+            add_pipeline_code(output_dir if output_dir is not None else self.args.output_dir)
+
+    def create_model_card(self, **kwargs) -> None:
+        """vaswani_mt's card (`vaswani_mt.model_card`) as README.md instead of the Trainer's generic draft, and the
+        pipeline code in the output folder; `push_to_hub` calls this just before uploading."""
+        if self.is_world_process_zero():
+            from .hub import prepare_trainer_push
+
+            prepare_trainer_push(self, **kwargs)
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        # The Trainer copies only weights and configs from the checkpoint: bring the code and the card along.
+        if self.is_world_process_zero() and self.args.hub_strategy != "end":
+            from .hub import prepare_trainer_push
+
+            prepare_trainer_push(self, checkpoint_folder)
+        super()._push_from_checkpoint(checkpoint_folder)
+
 
 __all__ = [
     "VaswaniTrainer",

@@ -1,0 +1,159 @@
+"""Generation speed: our model vs `MarianMTModel` with identical weights, and the CTranslate2 export (fp32, int8).
+
+    python scripts/bench_inference.py            # 5 repetitions
+    python scripts/bench_inference.py --quick    # 2 repetitions, short idle waits: checks that it runs
+
+Setup (as in /work/shared/notes/benchmarks.md): the "small" shape (d_model 256, 3+3 layers, 4 heads, FFN 1024,
+vocab 8000), random weights, 64 source sentences of 15 tokens, exactly 40 new tokens each (min = max new tokens, so
+</s> cannot end a hypothesis early), KV cache on, greedy and beam 4, torch with 2 threads, CTranslate2 with 2
+intra-op threads. The Marian model is `vaswani_mt.convert.to_marian(ours)`: same function, same weights, and the
+script checks that both produce identical tokens. Each repetition runs every system once (A B A B ...), after waiting
+for other processes to go quiet; disturbed repetitions are redone. Prints a markdown table of medians (sentences/s),
+min–max and ratios to Marian.
+
+Targets of the project (issue): ours beam 4 >= 1.5x Marian; CTranslate2 >= 2.3x Marian (fp32) and >= 2.8x (int8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_common import SMALL_SHAPE, fmt_range, measure  # noqa: E402
+
+SENTENCES, SOURCE_TOKENS, NEW_TOKENS = 64, 15, 40
+
+
+def build_models(seed: int = 0):
+    from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
+    from vaswani_mt.convert import to_marian
+
+    torch.manual_seed(seed)
+    ours = VaswaniForConditionalGeneration(VaswaniConfig(**SMALL_SHAPE)).eval()
+    marian = to_marian(ours).eval()
+    return ours, marian
+
+
+def make_inputs(vocab_size: int, seed: int = 1):
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(4, vocab_size, (SENTENCES, SOURCE_TOKENS), generator=generator)
+    input_ids[:, -1] = 3  # </s>
+    return input_ids, torch.ones_like(input_ids)
+
+
+def hf_runner(model, input_ids, attention_mask, beams: int):
+    kwargs = dict(num_beams=beams, min_new_tokens=NEW_TOKENS, max_new_tokens=NEW_TOKENS, use_cache=True,
+                  do_sample=False, length_penalty=1.0)
+
+    def run():
+        with torch.inference_mode():
+            return model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+    return run
+
+
+def ct2_runner(translator, source_tokens, beams: int):
+    def run():
+        return translator.translate_batch(source_tokens, beam_size=beams, min_decoding_length=NEW_TOKENS,
+                                          max_decoding_length=NEW_TOKENS, max_batch_size=SENTENCES,
+                                          length_penalty=1.0)
+    return run
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="2 repetitions and short idle waits (a smoke run)")
+    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--idle-threshold", type=float, default=0.1, help="max cores other processes may use")
+    parser.add_argument("--max-wait", type=float,
+                        help="seconds to wait for an idle machine (default 120, --quick 10)")
+    parser.add_argument("--max-redo", type=int, default=3, help="redos of a disturbed repetition")
+    parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repetitions, args.max_redo = 2, 1
+    if args.max_wait is None:
+        args.max_wait = 10.0 if args.quick else 120.0
+    torch.set_num_threads(args.threads)
+
+    ours, marian = build_models()
+    input_ids, attention_mask = make_inputs(ours.config.vocab_size)
+    systems = {}
+    for beams, mode in ((1, "greedy"), (4, "beam4")):
+        systems[f"ours {mode}"] = hf_runner(ours, input_ids, attention_mask, beams)
+        systems[f"marian {mode}"] = hf_runner(marian, input_ids, attention_mask, beams)
+
+    # Same tokens from both (the conversion is exact): checked once per mode, outside the timing.
+    identical = {}
+    for mode in ("greedy", "beam4"):
+        a, b = systems[f"ours {mode}"](), systems[f"marian {mode}"]()
+        identical[mode] = torch.equal(a, b)
+        assert a.shape[1] == NEW_TOKENS + 1, a.shape
+
+    ct2_match = {}
+    tmp = tempfile.TemporaryDirectory()
+    if not args.no_ct2:
+        import ctranslate2
+
+        from vaswani_mt.export import export_ctranslate2
+
+        tokens = ["<pad>", "<unk>", "<s>", "</s>"] + [f"tok{i}" for i in range(4, ours.config.vocab_size)]
+        source_tokens = [[tokens[i] for i in row] for row in input_ids.tolist()]
+        for quantization in ("float32", "int8"):
+            folder = Path(tmp.name) / quantization
+            export_ctranslate2(ours, folder, quantization=None if quantization == "float32" else "int8",
+                               tokens=tokens)
+            translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=args.threads,
+                                                inter_threads=1)
+            for beams, mode in ((1, "greedy"), (4, "beam4")):
+                run = ct2_runner(translator, source_tokens, beams)
+                systems[f"ct2-{quantization} {mode}"] = run
+                if quantization == "float32":
+                    hf = systems[f"ours {mode}"]()[:, 1:].tolist()
+                    got = [[tokens.index(t) for t in r.hypotheses[0]] for r in run()]
+                    ct2_match[mode] = sum(g == h for g, h in zip(got, hf))
+
+    print(f"torch {torch.__version__}, {args.threads} threads; {SENTENCES} sentences x {SOURCE_TOKENS} tokens, "
+          f"{NEW_TOKENS} new tokens; {args.repetitions} repetitions", file=sys.stderr)
+    for system in systems.values():  # warm-up
+        system()
+    results = measure(systems, args.repetitions, args.idle_threshold, args.max_wait, args.max_redo,
+                      log=lambda m: print(m, file=sys.stderr))
+
+    def rate(name):
+        return [SENTENCES / s for s in results[name].seconds]
+
+    print()
+    print("| system | mode | sent/s (median) | min–max | vs Marian | disturbed reps |")
+    print("|---|---|---|---|---|---|")
+    for mode in ("greedy", "beam4"):
+        base = SENTENCES / results[f"marian {mode}"].median()
+        for prefix in ("marian", "ours", "ct2-float32", "ct2-int8"):
+            name = f"{prefix} {mode}"
+            if name not in results:
+                continue
+            median = SENTENCES / results[name].median()
+            print(f"| {prefix} | {mode} | {median:.1f} | {fmt_range(rate(name))} | {median / base:.2f}x | "
+                  f"{results[name].disturbed}/{len(results[name].seconds)} |")
+    print()
+    print(f"ours == Marian token for token: greedy {identical['greedy']}, beam 4 {identical['beam4']}")
+    if ct2_match:
+        print(f"CTranslate2 fp32 == ours: greedy {ct2_match['greedy']}/{SENTENCES}, "
+              f"beam 4 {ct2_match['beam4']}/{SENTENCES} sentences")
+    disturbed = sum(t.disturbed for t in results.values())
+    if disturbed:
+        print(f"WARNING: {disturbed} timed runs were disturbed by other processes even after redoing; "
+              "treat the figures as rough")
+    print("targets: ours beam4 >= 1.5x Marian; CT2 >= 2.3x Marian (fp32), >= 2.8x (int8)")
+    tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

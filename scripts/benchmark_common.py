@@ -1,0 +1,104 @@
+"""Shared helpers of the benchmark scripts: the shape, identical-weight model pairs, and timing that is honest on a
+small shared machine (see /work/shared/notes/benchmarks.md).
+
+Noise control: before each repetition we wait until the *other* processes use less than `--idle-threshold` cores
+(measured from /proc/stat minus our own CPU time), and a repetition during which they used more is discarded and
+redone (up to `--max-redo` times; after that it is kept and counted as disturbed, and the report says so).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+
+SMALL_SHAPE = dict(
+    d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,
+    encoder_ffn_dim=1024, decoder_ffn_dim=1024, vocab_size=8000, dropout=0.1,
+)
+
+
+def _cpu_busy_seconds() -> tuple[float, float]:
+    """(busy CPU-seconds of the whole machine, wall-clock seconds) from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    ticks = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / ticks, time.monotonic()
+
+
+def _own_cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+class LoadMonitor:
+    """Measures how many cores *other* processes use: machine busy time minus this process's CPU time."""
+
+    def __init__(self):
+        self._start = None
+
+    def start(self) -> None:
+        self._start = (*_cpu_busy_seconds(), _own_cpu_seconds())
+
+    def other_cores(self) -> float:
+        busy0, wall0, own0 = self._start
+        busy1, wall1 = _cpu_busy_seconds()
+        own1 = _own_cpu_seconds()
+        elapsed = max(wall1 - wall0, 1e-6)
+        return max(0.0, (busy1 - busy0) - (own1 - own0)) / elapsed
+
+
+def wait_for_idle(threshold: float, max_wait: float, sample: float = 0.5) -> float:
+    """Sleep until other processes use < `threshold` cores over a `sample`-second window, or `max_wait` passed.
+    Returns the last measured load."""
+    deadline = time.monotonic() + max_wait
+    monitor = LoadMonitor()
+    while True:
+        monitor.start()
+        time.sleep(sample)
+        load = monitor.other_cores()
+        if load < threshold or time.monotonic() >= deadline:
+            return load
+
+
+@dataclass
+class Timings:
+    name: str
+    seconds: list[float] = field(default_factory=list)
+    disturbed: int = 0
+    redone: int = 0
+
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+
+def measure(systems: dict, repetitions: int, threshold: float, max_wait: float, max_redo: int,
+            log=print) -> dict[str, Timings]:
+    """Run every callable in `systems` once per repetition, in the same order each time (A B A B ...), after
+    waiting for an idle machine; redo a run that other processes disturbed. Returns wall-clock seconds per system."""
+    results = {name: Timings(name) for name in systems}
+    monitor = LoadMonitor()
+    for repetition in range(repetitions):
+        for name, run in systems.items():
+            for attempt in range(max_redo + 1):
+                load_before = wait_for_idle(threshold, max_wait)
+                monitor.start()
+                start = time.perf_counter()
+                run()
+                elapsed = time.perf_counter() - start
+                load = monitor.other_cores()
+                quiet = load < threshold and load_before < threshold
+                if quiet or attempt == max_redo:
+                    results[name].seconds.append(elapsed)
+                    results[name].disturbed += not quiet
+                    results[name].redone += attempt
+                    break
+            log(f"  rep {repetition + 1}/{repetitions} {name:<28} {elapsed:7.3f} s  other load {load:.2f} cores"
+                f"{'' if quiet else '  (disturbed)'}")
+    return results
+
+
+def fmt_range(values: list[float]) -> str:
+    return f"{min(values):.1f}–{max(values):.1f}"

@@ -1,0 +1,136 @@
+"""`vaswani-mt export --to ctranslate2`: the CTranslate2 model computes what ours computes."""
+
+import sys
+
+import pytest
+import torch
+
+from tiny_tokenizer import SENTENCES
+from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+from vaswani_mt.export import export_ctranslate2, main, translate_with_ctranslate2  # noqa: E402
+
+UNSEEN = ["a cat runs on the grass .", "men play in the park .", "die frau kocht .", "snow", "a a a a a a ."]
+
+
+@pytest.fixture(scope="module", params=["post", "pre"])
+def trained(request, tokenizer):
+    """A tiny model trained for a second to map each sentence to another one: unlike a random model it ends its
+    outputs with </s> at varied lengths, so beam search has real decisions to make."""
+    torch.manual_seed(0)
+    config = VaswaniConfig.from_preset("tiny", vocab_size=len(tokenizer), norm_style=request.param, dropout=0.0)
+    model = VaswaniForConditionalGeneration(config)
+    batch = tokenizer(SENTENCES, text_target=SENTENCES[3:] + SENTENCES[:3], return_tensors="pt", padding=True)
+    batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(40):
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.eval()
+
+
+def source_tokens(tokenizer, texts):
+    return [tokenizer.convert_ids_to_tokens(tokenizer(t).input_ids) for t in texts]
+
+
+def hf_ids(model, tokenizer, texts, **kwargs):
+    """generate() output per sentence without the start token and from the first </s> on (padding)."""
+    output = model.generate(**tokenizer(texts, return_tensors="pt", padding=True), **kwargs)
+    rows = []
+    for row in output.tolist():
+        ids = row[1:]
+        rows.append(ids[: ids.index(tokenizer.eos_token_id)] if tokenizer.eos_token_id in ids else ids)
+    return rows
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_float32_export_decodes_token_for_token_like_generate(trained, tokenizer, tmp_path, beams):
+    out = export_ctranslate2(trained, tmp_path / "ct2", tokenizer=tokenizer)
+    translator = ctranslate2.Translator(str(out), intra_threads=1)
+    texts = SENTENCES + UNSEEN
+    # Length penalty 0.6 divides by length**0.6 in both libraries. CTranslate2's beam search stops once beam_size
+    # hypotheses are finished, which is transformers' early_stopping=True; and it refuses an empty output unless
+    # min_decoding_length=0.
+    expected = hf_ids(trained, tokenizer, texts, num_beams=beams, max_new_tokens=30, early_stopping=True)
+    results = translator.translate_batch(source_tokens(tokenizer, texts), beam_size=beams, length_penalty=0.6,
+                                         max_decoding_length=30, min_decoding_length=0, return_scores=True)
+    got = [tokenizer.convert_tokens_to_ids(r.hypotheses[0]) for r in results]
+    assert got == expected
+    assert len({len(ids) for ids in expected}) > 3  # varied lengths: outputs ended with </s> on their own
+    if beams == 4:  # and the beam scores (sum of log-probabilities / length**0.6) agree
+        scored = trained.generate(**tokenizer(texts, return_tensors="pt", padding=True), num_beams=4,
+                                  max_new_tokens=30, early_stopping=True, return_dict_in_generate=True,
+                                  output_scores=True)
+        assert torch.allclose(torch.tensor([r.scores[0] for r in results]), scored.sequences_scores, atol=1e-4)
+
+
+@pytest.mark.parametrize("norm_style", ["post", "pre"])
+def test_untied_unshared_unscaled_model_with_logits_bias_scores_the_same_log_probabilities(
+        tokenizer, tmp_path, norm_style):
+    torch.manual_seed(1)
+    config = VaswaniConfig.from_preset("tiny", vocab_size=len(tokenizer), norm_style=norm_style,
+                                       share_embeddings=False, tie_word_embeddings=False, scale_embedding=False,
+                                       final_logits_bias=True, layer_norm_eps=1e-6)
+    model = VaswaniForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        model.final_logits_bias.normal_()
+    out = export_ctranslate2(model, tmp_path / "ct2", tokenizer=tokenizer)
+    translator = ctranslate2.Translator(str(out), intra_threads=1)
+    targets = list(reversed(SENTENCES))
+    scores = translator.score_batch(source_tokens(tokenizer, SENTENCES),
+                                    [tokens[:-1] for tokens in source_tokens(tokenizer, targets)])
+    batch = tokenizer(SENTENCES, text_target=targets, return_tensors="pt", padding=True)
+    labels = batch.pop("labels")
+    labels = labels.masked_fill(labels == tokenizer.pad_token_id, -100)
+    with torch.no_grad():
+        log_probs = model(**batch, labels=labels).logits.log_softmax(-1)
+    for i, score in enumerate(scores):
+        n = int((labels[i] != -100).sum())
+        ours = log_probs[i, torch.arange(n), labels[i, :n]]
+        assert len(score.log_probs) == n  # every target token plus </s>
+        assert torch.allclose(torch.tensor(score.log_probs), ours, atol=1e-4)
+    # A random model may pick <pad>: suppress it on both sides (greedy picks are unaffected by CTranslate2
+    # renormalising without it).
+    greedy = translator.translate_batch(source_tokens(tokenizer, SENTENCES), beam_size=1, max_decoding_length=12,
+                                        min_decoding_length=0, suppress_sequences=[["<pad>"]])
+    assert [tokenizer.convert_tokens_to_ids(r.hypotheses[0]) for r in greedy] == \
+        hf_ids(model, tokenizer, SENTENCES, num_beams=1, max_new_tokens=12, suppress_tokens=[0])
+
+
+@pytest.mark.parametrize("trained", ["post"], indirect=True)
+def test_cli_exports_a_saved_folder_in_float32_and_int8(trained, tokenizer, tmp_path, capsys):
+    folder = tmp_path / "model"
+    trained.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert main(["--to", "ctranslate2", str(folder), str(tmp_path / "fp32")]) == 0
+    assert main(["--to", "ctranslate2", str(folder), str(tmp_path / "int8"), "--quantization", "int8"]) == 0
+    assert (tmp_path / "int8" / "model.bin").stat().st_size < (tmp_path / "fp32" / "model.bin").stat().st_size
+    assert (tmp_path / "fp32" / "tokenizer.json").is_file()
+    fp32 = translate_with_ctranslate2(tmp_path / "fp32", tokenizer, SENTENCES + [""], threads=1)
+    expected = tokenizer.batch_decode(
+        trained.generate(**tokenizer(SENTENCES, return_tensors="pt", padding=True), early_stopping=True),
+        skip_special_tokens=True)
+    assert fp32 == expected + [""]  # beam 4, length penalty 0.6, source length + 50 by default on both sides
+    int8 = translate_with_ctranslate2(tmp_path / "int8", tokenizer, SENTENCES, threads=1)
+    assert sum(a == b for a, b in zip(int8, expected)) >= len(SENTENCES) // 2
+    # An existing output folder is refused without --force.
+    assert main([str(folder), str(tmp_path / "fp32")]) == 1
+    assert "already exists" in capsys.readouterr().err
+    assert main([str(folder), str(tmp_path / "fp32"), "--force"]) == 0
+    assert main([str(tmp_path / "missing"), str(tmp_path / "x")]) == 1
+
+
+def test_missing_ctranslate2_raises_an_import_error_naming_the_extra(tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)
+    model = VaswaniForConditionalGeneration(VaswaniConfig.from_preset("tiny", vocab_size=len(tokenizer)))
+    with pytest.raises(ImportError, match=r'pip install "vaswani-mt\[ctranslate2\]"'):
+        export_ctranslate2(model, tmp_path / "ct2", tokenizer=tokenizer)
+
+
+def test_a_tokenizer_larger_than_the_model_vocabulary_is_refused(tokenizer, tmp_path):
+    model = VaswaniForConditionalGeneration(VaswaniConfig.from_preset("tiny", vocab_size=len(tokenizer) - 1))
+    with pytest.raises(ValueError, match="tokenizer has"):
+        export_ctranslate2(model, tmp_path / "ct2", tokenizer=tokenizer)

@@ -1,0 +1,150 @@
+"""`vaswani-mt translate` and its core, `translate_lines`."""
+
+import io
+import os
+import sys
+
+import pytest
+import torch
+
+from tiny_tokenizer import SENTENCES
+from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
+from vaswani_mt.translate import main, translate_lines
+
+
+@pytest.fixture
+def model_dir(model, tokenizer, tmp_path):
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def echo_generate(calls):
+    """A stand-in for model.generate that 'translates' a sentence into itself (decoder start + source ids) and
+    records each batch's source lengths."""
+    def generate(input_ids, attention_mask, **kwargs):
+        calls.append(attention_mask.sum(1).tolist())
+        start = torch.full((input_ids.shape[0], 1), 2, dtype=torch.long)
+        return torch.cat([start, input_ids], dim=1)
+    return generate
+
+
+def test_output_keeps_input_order_while_batches_are_length_sorted_within_the_token_budget(
+        model, tokenizer, monkeypatch):
+    calls = []
+    monkeypatch.setattr(model, "generate", echo_generate(calls))
+    lines = ["a", "a dog runs in the park .", "", "two men are playing football on the grass .", "a man .",
+             "children play in the snow .", "   "] * 3
+    out = list(translate_lines(model, tokenizer, lines, max_tokens=40, sort_window=7))
+    assert out == [tokenizer.decode(tokenizer(t).input_ids, skip_special_tokens=True) if t.strip() else ""
+                   for t in lines]
+    assert len(calls) > 3
+    for lengths in calls:
+        assert len(lengths) * max(lengths) <= 40 or len(lengths) == 1  # padded tokens within budget
+    lengths_per_window = [length for lengths in calls[: len(calls) // 3] for length in lengths]
+    assert lengths_per_window == sorted(lengths_per_window, reverse=True)  # longest first inside a window
+
+
+def test_translations_equal_generate_of_each_sentence(model, tokenizer):
+    out = list(translate_lines(model, tokenizer, SENTENCES[:4], max_tokens=30, num_beams=1, max_new_tokens=6))
+    expected = [tokenizer.decode(model.generate(**tokenizer([s], return_tensors="pt"), num_beams=1,
+                                                max_new_tokens=6)[0], skip_special_tokens=True)
+                for s in SENTENCES[:4]]
+    assert out == expected
+
+
+def test_a_100k_line_input_streams_holding_at_most_one_window(model, tokenizer, monkeypatch):
+    monkeypatch.setattr(model, "generate", echo_generate([]))
+    window, total = 500, 100_000
+    read = 0
+
+    def lines():
+        nonlocal read
+        for i in range(total):
+            read += 1
+            yield "a dog ." if i % 3 else "the cat sleeps ."
+
+    written = 0
+    for translation in translate_lines(model, tokenizer, lines(), max_tokens=2048, sort_window=window):
+        written += 1
+        assert read - written < window  # never more than one window of lines in flight
+        assert translation in ("a dog .", "the cat sleeps .")
+    assert written == read == total
+
+
+def test_main_translates_files_and_prints_bleu_and_chrf_with_signatures_against_a_reference(
+        model_dir, tmp_path, capsys):
+    source, hypotheses, reference = tmp_path / "in.txt", tmp_path / "out.txt", tmp_path / "ref.txt"
+    source.write_text("\n".join(SENTENCES[:3] + [""] + SENTENCES[3:5]) + "\n", encoding="utf-8")
+    reference.write_text("\n".join(SENTENCES[:3] + [""] + SENTENCES[3:5]) + "\n", encoding="utf-8")
+    code = main([str(model_dir), "--input", str(source), "--output", str(hypotheses), "--num-beams", "1",
+                 "--max-new-tokens", "5", "--reference", str(reference), "--max-tokens", "20"])
+    assert code == 0
+    lines = hypotheses.read_text(encoding="utf-8").split("\n")
+    assert len(lines) == 7 and lines[3] == "" and lines[-1] == ""
+    from vaswani_mt.metrics import corpus_scores
+
+    scores = corpus_scores(lines[:-1], SENTENCES[:3] + [""] + SENTENCES[3:5])
+    err = capsys.readouterr().err
+    assert f"BLEU = {scores['bleu']:.2f}" in err and "nrefs:1|case:mixed" in err
+    assert f"chrF2 = {scores['chrf']:.2f}" in err and scores["chrf_signature"] in err
+
+
+def test_cli_reads_stdin_and_writes_stdout_without_a_progress_bar_when_not_on_a_terminal(
+        model, tokenizer, model_dir, monkeypatch, capsys):
+    text = "\n".join(SENTENCES[:2] + ["", SENTENCES[2]])  # no final newline: the last line still counts
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert main([str(model_dir), "--num-beams", "1", "--max-new-tokens", "3"]) == 0
+    captured = capsys.readouterr()
+    expected = list(translate_lines(model, tokenizer, SENTENCES[:2] + ["", SENTENCES[2]], num_beams=1,
+                                    max_new_tokens=3))
+    assert captured.out == "".join(line + "\n" for line in expected)
+    assert "translating" not in captured.err
+
+
+def test_missing_model_folder_is_a_clear_error(tmp_path, capsys):
+    assert main([str(tmp_path / "nope"), "--input", os.devnull]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    assert main([str(tmp_path), "--input", os.devnull]) == 1
+    assert "no config.json" in capsys.readouterr().err
+    (tmp_path / "config.json").write_text("{}")
+    assert main([str(tmp_path), "--input", os.devnull]) == 1
+    assert "no tokenizer" in capsys.readouterr().err
+
+
+def test_non_utf8_input_names_the_line(model_dir, tmp_path, capsys):
+    source = tmp_path / "latin1.txt"
+    source.write_bytes("a dog .\nthe cat .\nzwei M\u00e4nner .\n".encode("latin-1"))
+    assert main([str(model_dir), "--input", str(source), "--output", str(tmp_path / "o"), "--num-beams", "1",
+                 "--max-new-tokens", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "line 3 is not valid UTF-8" in err and "latin1.txt" in err
+    assert main([str(model_dir), "--input", str(tmp_path / "missing.txt")]) == 1
+    assert "cannot read input" in capsys.readouterr().err
+
+
+def test_reference_with_a_different_line_count_is_refused(model_dir, tmp_path, capsys, monkeypatch):
+    source, reference = tmp_path / "in.txt", tmp_path / "ref.txt"
+    source.write_text("a dog .\nthe cat .\n", encoding="utf-8")
+    reference.write_text("ein hund .\n", encoding="utf-8")
+    assert main([str(model_dir), "--input", str(source), "--reference", str(reference)]) == 1
+    assert "has 1 lines but --input" in capsys.readouterr().err
+    # From stdin the count is only known at the end.
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a dog .\nthe cat .\n")))
+    assert main([str(model_dir), "--reference", str(reference), "--num-beams", "1", "--max-new-tokens", "2"]) == 1
+    assert "has 1 lines but the input had 2" in capsys.readouterr().err
+
+
+def test_a_progress_bar_is_shown_when_stderr_is_a_terminal(model_dir, tmp_path, monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(SENTENCES[:3]) + "\n", encoding="utf-8")
+    assert main([str(model_dir), "--input", str(source), "--output", str(tmp_path / "out.txt"), "--num-beams", "1",
+                 "--max-new-tokens", "2"]) == 0
+    assert "translating" in terminal.getvalue() and "3/3" in terminal.getvalue()

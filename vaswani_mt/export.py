@@ -1,0 +1,304 @@
+"""`vaswani-mt export --to ctranslate2 MODEL OUT [--quantization int8]`: a CTranslate2 model for fast CPU/GPU inference.
+
+Built with CTranslate2's specification API (``TransformerSpec.from_config`` filled from our weights), so it needs no
+Hugging Face architecture on the CTranslate2 side. Everything our model computes is represented exactly:
+
+* post-norm (the paper) and pre-norm (``pre_norm=True`` with the stacks' final LayerNorms);
+* the paper's interleaved sinusoidal positions, passed as an explicit table (CTranslate2's built-in sinusoids use
+  another layout) with ``max_position_embeddings`` rows, which is also the longest sequence the export accepts;
+* embedding scaling by sqrt(d_model) (or none), shared or separate source/target embeddings, tied or untied output
+  projection (CTranslate2 stores identical arrays once);
+* ``final_logits_bias`` as the bias of the output projection;
+* q/k/v fused as CTranslate2 expects (self-attention q;k;v, cross-attention q and k;v), biases included.
+
+CTranslate2 is an optional dependency: ``pip install "vaswani-mt[ctranslate2]"``.
+
+Using the export::
+
+    translator = ctranslate2.Translator(out_dir)
+    tokens = tokenizer.convert_ids_to_tokens(tokenizer(text).input_ids)    # with the tokenizer's </s>
+    result = translator.translate_batch([tokens], beam_size=4, length_penalty=0.6)
+    text = tokenizer.convert_tokens_to_string(result[0].hypotheses[0])
+
+The tokenizer is saved in `out_dir` too (``AutoTokenizer.from_pretrained(out_dir)``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+INSTALL_HINT = 'CTranslate2 export needs the ctranslate2 package: pip install "vaswani-mt[ctranslate2]"'
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+
+# transformers activation name -> CTranslate2 Activation member name
+_ACTIVATIONS = {
+    "relu": "RELU",
+    "gelu": "GELU",
+    "gelu_new": "GELUTanh",
+    "gelu_fast": "GELUTanh",
+    "gelu_pytorch_tanh": "GELUTanh",
+    "gelu_python": "GELU",
+    "swish": "SWISH",
+    "silu": "SWISH",
+    "tanh": "Tanh",
+    "sigmoid": "Sigmoid",
+}
+
+
+def _import_ctranslate2():
+    try:
+        import ctranslate2
+        import ctranslate2.converters  # noqa: F401
+        import ctranslate2.specs  # noqa: F401
+    except ImportError as error:
+        raise ImportError(INSTALL_HINT) from error
+    return ctranslate2
+
+
+class _Weights:
+    """float32 numpy copies of tensors, one array per storage, so tied weights stay one array."""
+
+    def __init__(self):
+        self._cache: dict[tuple, object] = {}
+
+    def __call__(self, tensor: torch.Tensor):
+        key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
+        if key not in self._cache:
+            self._cache[key] = tensor.detach().to("cpu", torch.float32).contiguous().numpy()
+        return self._cache[key]
+
+
+def build_spec(model, tokens: list[str]):
+    """The `ctranslate2.specs.TransformerSpec` of a `VaswaniForConditionalGeneration`, with vocabulary `tokens`
+    (index = token id) registered as source and target vocabulary."""
+    _import_ctranslate2()
+    from ctranslate2.converters import utils
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    config = model.config
+    if config.encoder_attention_heads != config.decoder_attention_heads:
+        raise ValueError(
+            "CTranslate2's Transformer has one head count for encoder and decoder; this model has "
+            f"{config.encoder_attention_heads} and {config.decoder_attention_heads}"
+        )
+    if config.activation_function not in _ACTIVATIONS:
+        raise ValueError(f"activation {config.activation_function!r} has no CTranslate2 equivalent")
+    activation = getattr(common_spec.Activation, _ACTIVATIONS[config.activation_function])
+    spec = transformer_spec.TransformerSpec.from_config(
+        (config.encoder_layers, config.decoder_layers),
+        config.encoder_attention_heads,
+        pre_norm=config.norm_style == "pre",
+        no_final_norm=False,
+        activation=activation,
+    )
+    weights = _Weights()
+    core = model.model
+    positions = weights(core.encoder.embed_positions.table)
+    scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+
+    def linear(target, module):
+        target.weight = weights(module.weight)
+        if module.bias is not None:
+            target.bias = weights(module.bias)
+
+    def layer_norm(target, module):
+        target.gamma = weights(module.weight)
+        target.beta = weights(module.bias)
+
+    def self_attention(target, attention):
+        parts = [common_spec.LinearSpec() for _ in range(3)]
+        for part, module in zip(parts, (attention.q_proj, attention.k_proj, attention.v_proj)):
+            linear(part, module)
+        utils.fuse_linear(target.linear[0], parts)
+        linear(target.linear[1], attention.out_proj)
+
+    def cross_attention(target, attention):
+        query, key, value = (common_spec.LinearSpec() for _ in range(3))
+        linear(query, attention.q_proj)
+        linear(key, attention.k_proj)
+        linear(value, attention.v_proj)
+        utils.fuse_linear(target.linear[0], [query])
+        utils.fuse_linear(target.linear[1], [key, value])
+        linear(target.linear[2], attention.out_proj)
+
+    def ffn(target, module, norm):
+        linear(target.linear_0, module.fc1)
+        linear(target.linear_1, module.fc2)
+        layer_norm(target.layer_norm, norm)
+
+    encoder, decoder = spec.encoder, spec.decoder
+    encoder.embeddings[0].weight = weights(core.encoder.embed_tokens.weight)
+    encoder.scale_embeddings = scale
+    encoder.position_encodings.encodings = positions
+    if core.encoder.layer_norm is not None:
+        layer_norm(encoder.layer_norm, core.encoder.layer_norm)
+    for target, layer in zip(encoder.layer, core.encoder.layers):
+        self_attention(target.self_attention, layer.self_attn)
+        layer_norm(target.self_attention.layer_norm, layer.self_attn_layer_norm)
+        ffn(target.ffn, layer.ffn, layer.final_layer_norm)
+
+    decoder.embeddings.weight = weights(core.decoder.embed_tokens.weight)
+    decoder.scale_embeddings = scale
+    decoder.position_encodings.encodings = positions
+    if core.decoder.layer_norm is not None:
+        layer_norm(decoder.layer_norm, core.decoder.layer_norm)
+    for target, layer in zip(decoder.layer, core.decoder.layers):
+        self_attention(target.self_attention, layer.self_attn)
+        layer_norm(target.self_attention.layer_norm, layer.self_attn_layer_norm)
+        cross_attention(target.attention, layer.encoder_attn)
+        layer_norm(target.attention.layer_norm, layer.encoder_attn_layer_norm)
+        ffn(target.ffn, layer.ffn, layer.final_layer_norm)
+    decoder.projection.weight = weights(model.lm_head.weight)
+    bias = getattr(model, "final_logits_bias", None)
+    if bias is not None and bool(bias.any()):
+        decoder.projection.bias = weights(bias.reshape(-1))
+
+    spec.config.layer_norm_epsilon = config.layer_norm_eps
+    spec.register_source_vocabulary(tokens)
+    spec.register_target_vocabulary(tokens)
+    return spec
+
+
+def vocabulary(model, tokenizer) -> list[str]:
+    """Token strings by id, as long as the model's vocabulary (ids the tokenizer lacks get placeholder names)."""
+    size = model.config.vocab_size
+    if len(tokenizer) > size:
+        raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model only {size}")
+    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    tokens += [f"<unused_{i}>" for i in range(len(tokens), size)]
+    if len(set(tokens)) != len(tokens):
+        duplicates = {t for t in tokens if tokens.count(t) > 1}
+        raise ValueError(f"CTranslate2 needs distinct token strings; these repeat: {sorted(duplicates)[:5]}")
+    return tokens
+
+
+def _set_special_tokens(spec, model, tokenizer, tokens: list[str]) -> None:
+    config = model.config
+
+    def token(token_id, fallback):
+        return tokens[token_id] if token_id is not None and 0 <= token_id < len(tokens) else fallback
+
+    def named(name, default):
+        return (getattr(tokenizer, name, None) if tokenizer is not None else None) or default
+
+    eos = config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
+    spec.config.unk_token = named("unk_token", "<unk>")
+    spec.config.bos_token = token(config.bos_token_id, named("bos_token", "<s>"))
+    spec.config.eos_token = token(eos, named("eos_token", "</s>"))
+    spec.config.decoder_start_token = token(config.decoder_start_token_id, spec.config.bos_token)
+    if spec.config.unk_token not in tokens:
+        raise ValueError(f"the unknown token {spec.config.unk_token!r} is not in the vocabulary")
+
+
+def export_ctranslate2(model_or_dir, out_dir, quantization: str | None = None, tokenizer=None,
+                       force: bool = False, tokens: list[str] | None = None) -> Path:
+    """Write a CTranslate2 model of `model_or_dir` (a saved model folder, or a `VaswaniForConditionalGeneration`
+    plus `tokenizer=`) to `out_dir`, with the tokenizer saved beside it. Without a tokenizer, `tokens` (the token
+    string of every id, e.g. for benchmarks with random weights) gives the vocabulary.
+
+    `quantization`: None (keep float32) or one of CTranslate2's types, e.g. "int8" (weights stored as int8; compute
+    type chosen by CTranslate2 at load time). Refuses an existing `out_dir` unless `force`. Returns `out_dir`.
+    """
+    _import_ctranslate2()
+    from ctranslate2.converters import Converter
+
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
+    if isinstance(model_or_dir, (str, Path)):
+        folder = Path(model_or_dir)
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(f"{folder} is not a saved model folder (no config.json)")
+        import vaswani_mt  # noqa: F401  (registers the Auto classes)
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+        model = AutoModelForSeq2SeqLM.from_pretrained(folder)
+        tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(folder)
+    else:
+        model = model_or_dir
+        if tokenizer is None and tokens is None:
+            raise ValueError("pass tokenizer= when exporting a model object")
+    if getattr(model.config, "model_type", None) != "vaswani":
+        raise ValueError(f"expected a vaswani model, got model_type={getattr(model.config, 'model_type', None)!r}")
+    if tokenizer is not None:
+        tokens = vocabulary(model, tokenizer)
+    elif len(tokens) != model.config.vocab_size or len(set(tokens)) != len(tokens):
+        raise ValueError(f"tokens must be {model.config.vocab_size} distinct strings, got {len(tokens)}")
+
+    class VaswaniConverter(Converter):
+        def _load(self):
+            spec = build_spec(model, tokens)
+            _set_special_tokens(spec, model, tokenizer, tokens)
+            return spec
+
+    out = Path(out_dir)
+    with torch.no_grad():
+        VaswaniConverter().convert(str(out), quantization=quantization, force=force)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return out
+
+
+def translate_with_ctranslate2(model_dir, tokenizer, texts: list[str], *, beam_size: int = 4,
+                               length_penalty: float = 0.6, max_batch_tokens: int = 2048,
+                               compute_type: str = "default", threads: int = 0, **options) -> list[str]:
+    """Translate `texts` with an exported model, decoding as our `generate()` does by default (§6.1): beam 4,
+    length penalty 0.6 (score / length**alpha in both libraries), at most (longest source + 50) tokens, and an
+    immediate </s> allowed (``min_decoding_length=0``; CTranslate2's default is 1). Empty strings give "". Extra
+    keyword arguments go to ``Translator.translate_batch``.
+
+    CTranslate2's beam search stops once `beam_size` hypotheses are finished, i.e. it equals transformers'
+    ``generate(early_stopping=True)``; with transformers' default (``early_stopping=False``) generate() may search
+    a few steps longer and, rarely, return a better-scoring hypothesis."""
+    ctranslate2 = _import_ctranslate2()
+    translator = ctranslate2.Translator(str(model_dir), device="cpu", compute_type=compute_type,
+                                        intra_threads=threads)
+    keep = [i for i, text in enumerate(texts) if text.strip()]
+    sources = [tokenizer.convert_ids_to_tokens(tokenizer(texts[i]).input_ids) for i in keep]
+    results = [""] * len(texts)
+    if not sources:
+        return results
+    options.setdefault("max_decoding_length", max(len(s) for s in sources) + 50)
+    options.setdefault("min_decoding_length", 0)
+    outputs = translator.translate_batch(
+        sources, beam_size=beam_size, length_penalty=length_penalty, max_batch_size=max_batch_tokens,
+        batch_type="tokens", **options,
+    )
+    for i, output in zip(keep, outputs):
+        ids = tokenizer.convert_tokens_to_ids(output.hypotheses[0])
+        results[i] = tokenizer.decode(ids, skip_special_tokens=True)
+    return results
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vaswani-mt export", description="Export a trained model for fast inference."
+    )
+    parser.add_argument("--to", choices=["ctranslate2"], default="ctranslate2", help="target format")
+    parser.add_argument("model", help="saved model folder (with its tokenizer)")
+    parser.add_argument("out", help="output folder")
+    parser.add_argument("--quantization", choices=QUANTIZATIONS,
+                        help="weight type, e.g. int8 (default: keep float32)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing output folder")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        out = export_ctranslate2(args.model, args.out, quantization=args.quantization, force=args.force)
+    except ImportError as error:
+        print(f"vaswani-mt export: error: {error}", file=sys.stderr)
+        return 1
+    except (FileNotFoundError, ValueError, RuntimeError) as error:
+        print(f"vaswani-mt export: error: {error}", file=sys.stderr)
+        return 1
+    print(f"wrote CTranslate2 model to {out}", file=sys.stderr)
+    return 0
+
+
+__all__ = ["export_ctranslate2", "translate_with_ctranslate2", "build_spec", "vocabulary", "main", "INSTALL_HINT"]

@@ -1,0 +1,337 @@
+"""`vaswani-mt push`: upload a trained run to the Hugging Face Hub with its model card.
+
+    vaswani-mt push RUN_DIR REPO_ID [--private] [--token T] [--license ID] [--dataset ID] [--dry-run]
+
+What is uploaded, in one commit: the files of ``RUN_DIR/model/`` (weights, config.json with ``auto_map`` and
+``custom_pipelines``, generation config, tokenizer, ``modeling_vaswani.py``, ``configuration_vaswani.py``,
+``pipeline_vaswani.py``) and ``README.md``, the card rendered from the run (:mod:`vaswani_mt.model_card`). Nothing else
+of the run folder (no checkpoints, logs or optimizer states). Afterwards, with stock transformers and without
+vaswani_mt::
+
+    AutoModelForSeq2SeqLM.from_pretrained(REPO_ID, trust_remote_code=True)
+    pipeline("translation", model=REPO_ID, trust_remote_code=True)
+
+Checks before anything is sent: the run folder is complete (model weights, config, model code, tokenizer,
+metrics.json, config.yaml), a token exists (``--token``, ``HF_TOKEN`` or ``hf auth login``), the Hub accepts it, and
+its user may write to the repo's namespace. Errors print one line and exit with 2 (bad input: incomplete run folder,
+bad repo id) or 1 (authentication, permission, network).
+
+The endpoint is huggingface_hub's (``HF_ENDPOINT``, default https://huggingface.co).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+MODEL_DIR = "model"
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+CODE_FILES = ("modeling_vaswani.py", "configuration_vaswani.py")
+PIPELINE_FILE = "pipeline_vaswani.py"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+LOGIN_HINT = ("log in with `hf auth login`, or set the HF_TOKEN environment variable, to a token with write access "
+              "(https://huggingface.co/settings/tokens); or pass --token")
+
+
+class PushError(Exception):
+    """A push that cannot go ahead; the message says why and what to do. `exit_code`: 2 for bad input, 1 for the
+    Hub refusing (authentication, permissions) or being unreachable."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# --- checks that need no network ------------------------------------------------------------------------------------
+
+def check_run_folder(run_dir) -> Path:
+    """The run's model folder, or `PushError` (exit code 2) naming everything that is missing."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise PushError(f"{run_dir} is not a folder: give the run folder written by `vaswani-mt train`", 2)
+    model_dir = run_dir / MODEL_DIR
+    missing = []
+    if not model_dir.is_dir():
+        missing.append(f"{MODEL_DIR}/ (the trained model)")
+    else:
+        if not any((model_dir / name).is_file() for name in WEIGHT_FILES):
+            missing.append(f"{MODEL_DIR}/model.safetensors (the model weights)")
+        config_path = model_dir / "config.json"
+        if not config_path.is_file():
+            missing.append(f"{MODEL_DIR}/config.json (the model config)")
+        else:
+            try:
+                auto_map = json.loads(config_path.read_text(encoding="utf-8")).get("auto_map") or {}
+            except ValueError:
+                auto_map = None
+            if auto_map is None:
+                missing.append(f"{MODEL_DIR}/config.json is not valid JSON")
+            elif not {"AutoConfig", "AutoModelForSeq2SeqLM"} <= set(auto_map):
+                missing.append(f"an auto_map in {MODEL_DIR}/config.json (so stock transformers finds the model code)")
+        for name in CODE_FILES:
+            if not (model_dir / name).is_file():
+                missing.append(f"{MODEL_DIR}/{name} (the model code)")
+        if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
+            missing.append(f"{MODEL_DIR}/tokenizer.json (the tokenizer)")
+    for name, what in (("metrics.json", "the run's scores, for the model card"),
+                       ("config.yaml", "the run's configuration, for the model card")):
+        if not (run_dir / name).is_file():
+            missing.append(f"{name} ({what})")
+    if missing:
+        raise PushError(f"{run_dir} is not a complete run folder: missing " + "; ".join(missing)
+                        + ". Push the folder of a finished `vaswani-mt train` run.", 2)
+    return model_dir
+
+
+def split_repo_id(repo_id: str) -> tuple[str | None, str]:
+    """``"user/name"`` -> ``("user", "name")``; ``"name"`` -> ``(None, "name")``; `PushError` (exit code 2) for an
+    invalid id."""
+    parts = repo_id.split("/")
+    pattern = r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}"
+    if len(parts) > 2 or not all(re.fullmatch(pattern, part) and ".." not in part and "--" not in part
+                                 for part in parts):
+        raise PushError(f"invalid repo id {repo_id!r}: use <user or organization>/<model name>, with letters, digits, "
+                        "'-', '_' and '.'", 2)
+    return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+
+
+def upload_plan(model_dir: Path) -> list[tuple[str, Path]]:
+    """``(path in repo, local file)`` for every file of the model folder that goes up (top-level files only; a README
+    there is replaced by the card)."""
+    return [(path.name, path) for path in sorted(model_dir.iterdir())
+            if path.is_file() and not path.name.startswith(".") and path.name != "README.md"
+            and not path.name.endswith((".tmp", ".lock"))]
+
+
+def _pipeline_additions(model_dir: Path) -> dict[str, bytes]:
+    """For a model folder saved without the pipeline code (older runs): the pipeline file and a config.json with
+    ``custom_pipelines``, so ``pipeline("translation", model=repo, trust_remote_code=True)`` works."""
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    from .pipeline_vaswani import custom_pipelines_entry
+
+    entry = custom_pipelines_entry()
+    if (model_dir / PIPELINE_FILE).is_file() and all(
+            (config.get("custom_pipelines") or {}).get(task) == value for task, value in entry.items()):
+        return {}
+    config["custom_pipelines"] = {**(config.get("custom_pipelines") or {}), **entry}
+    source = Path(__file__).with_name(PIPELINE_FILE)
+    return {"config.json": (json.dumps(config, indent=2, sort_keys=True) + "\n").encode(),
+            PIPELINE_FILE: source.read_bytes()}
+
+
+# --- the push -------------------------------------------------------------------------------------------------------
+
+def push_run(run_dir, repo_id: str, private: bool = False, token: str | None = None,
+             commit_message: str = "Upload vaswani_mt model and model card", *, license: str | None = None,  # noqa: A002
+             license_name: str | None = None, license_link: str | None = None, dataset: str | None = None) -> str:
+    """Upload a run folder's model and its model card to `repo_id` (created if needed, `private` then) in one commit;
+    returns the repo's URL. Raises `PushError` with a one-line reason when the folder is incomplete, there is no
+    usable token, the namespace belongs to someone else, or the Hub refuses or cannot be reached."""
+    from .model_card import render_model_card
+
+    model_dir = check_run_folder(run_dir)
+    namespace, name = split_repo_id(repo_id)
+    card = render_model_card(run_dir, repo_id if namespace else None, license=license, license_name=license_name,
+                             license_link=license_link, dataset=dataset)
+    plan = upload_plan(model_dir)
+    replacements = _pipeline_additions(model_dir)
+
+    from huggingface_hub import CommitOperationAdd, HfApi, constants, get_token
+
+    endpoint = constants.ENDPOINT
+    token = token or get_token()
+    if not token:
+        raise PushError(f"no Hugging Face token found: {LOGIN_HINT}")
+    api = HfApi(token=token)
+    user = _whoami(api, endpoint)
+    namespace = namespace or user["name"]
+    _check_namespace(user, namespace, f"{namespace}/{name}")
+    full_id = f"{namespace}/{name}"
+    if namespace != repo_id.split("/")[0]:  # a bare name: the card's code should show the full id
+        card = render_model_card(run_dir, full_id, license=license, license_name=license_name,
+                                 license_link=license_link, dataset=dataset)
+
+    operations = [CommitOperationAdd(path_in_repo=path, path_or_fileobj=str(local)) for path, local in plan
+                  if path not in replacements]
+    operations += [CommitOperationAdd(path_in_repo=path, path_or_fileobj=data) for path, data in replacements.items()]
+    operations.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode("utf-8")))
+    with _hub_errors(full_id, endpoint):
+        url = api.create_repo(full_id, private=private, exist_ok=True)
+        api.create_commit(full_id, operations=operations, commit_message=commit_message)
+    return str(url)
+
+
+def _whoami(api, endpoint: str) -> dict:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        return api.whoami()
+    except HfHubHTTPError as error:
+        status = getattr(error.response, "status_code", None)
+        if status == 401:
+            raise PushError(f"the Hub at {endpoint} rejected the token (invalid or expired): {LOGIN_HINT}") from None
+        raise PushError(f"could not check the token with the Hub at {endpoint}: {_first_line(error)}") from None
+    except OSError as error:
+        raise PushError(f"cannot reach the Hub at {endpoint}: {_first_line(error)}") from None
+
+
+def _check_namespace(user: dict, namespace: str, repo_id: str) -> None:
+    name = user.get("name")
+    role = ((user.get("auth") or {}).get("accessToken") or {}).get("role")
+    if role == "read":
+        raise PushError(f"the token of {name!r} is read-only, so it cannot push to {repo_id}: create a token with "
+                        "write access (https://huggingface.co/settings/tokens) and log in again with "
+                        "`hf auth login` or set HF_TOKEN")
+    if namespace == name:
+        return
+    orgs = {org.get("name"): org.get("roleInOrg") for org in user.get("orgs") or []}
+    if namespace not in orgs:
+        names = ", ".join(sorted(o for o in orgs if o)) or "none"
+        raise PushError(f"cannot push to {repo_id}: the namespace {namespace!r} belongs to someone else (the token "
+                        f"belongs to {name!r}, organizations: {names}); push to {name}/{repo_id.split('/')[1]} "
+                        f"instead, or log in with a token of a member of {namespace!r}")
+    if orgs[namespace] not in (None, "admin", "write", "contributor"):
+        raise PushError(f"cannot push to {repo_id}: {name!r} has only the {orgs[namespace]!r} role in the "
+                        f"organization {namespace!r}; ask an admin of {namespace!r} for write access")
+
+
+class _hub_errors:
+    """Turn huggingface_hub / network exceptions into `PushError`s with one clear line."""
+
+    def __init__(self, repo_id: str, endpoint: str):
+        self.repo_id, self.endpoint = repo_id, endpoint
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if error is None or isinstance(error, PushError):
+            return False
+        from huggingface_hub.errors import HfHubHTTPError
+
+        if isinstance(error, HfHubHTTPError):
+            status = getattr(error.response, "status_code", None)
+            server = _server_message(error)
+            if status == 401:
+                raise PushError(f"the Hub at {self.endpoint} refused the token: {LOGIN_HINT}") from None
+            if status == 403:
+                raise PushError(f"cannot push to {self.repo_id}: the Hub refused write access (403"
+                                + (f": {server}" if server else "") + "). The repo or its namespace belongs to "
+                                "someone else, or the token lacks write permission.") from None
+            raise PushError(f"the Hub refused the upload to {self.repo_id} (HTTP {status}"
+                            + (f": {server}" if server else f": {_first_line(error)}") + ")") from None
+        if isinstance(error, OSError) or type(error).__module__.startswith(("httpx", "httpcore", "requests")):
+            raise PushError(f"cannot reach the Hub at {self.endpoint}: {_first_line(error)}") from None
+        if isinstance(error, ValueError):  # e.g. huggingface_hub's "Invalid metadata in README.md"
+            raise PushError(f"the upload to {self.repo_id} failed: {_first_line(error)}") from None
+        return False
+
+
+def _server_message(error) -> str | None:
+    response = getattr(error, "response", None)
+    if response is None:
+        return None
+    message = response.headers.get("X-Error-Message")
+    if not message:
+        try:
+            message = (response.json() or {}).get("error")
+        except Exception:  # not JSON
+            message = None
+    return message if isinstance(message, str) else None
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+# --- Trainer pushes -------------------------------------------------------------------------------------------------
+
+def add_pipeline_code(folder) -> bool:
+    """Make a saved model folder loadable with ``pipeline("translation", model=..., trust_remote_code=True)`` (copies
+    ``pipeline_vaswani.py`` and adds ``custom_pipelines`` to config.json). Returns False, changing nothing, when the
+    folder has no config.json or no tokenizer yet."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file() or not any((folder / n).is_file() for n in TOKENIZER_FILES):
+        return False
+    from .pipeline_vaswani import save_for_pipeline
+
+    save_for_pipeline(None, None, folder)
+    return True
+
+
+def prepare_trainer_push(trainer, checkpoint_folder=None, **card_kwargs) -> None:
+    """What `VaswaniTrainer` does before each Hub upload of its output folder: copy the model and pipeline code from
+    `checkpoint_folder` (when the upload comes from a checkpoint), add the pipeline code, and write README.md."""
+    import shutil
+
+    from .model_card import trainer_model_card
+
+    output_dir = Path(trainer.args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if checkpoint_folder is not None:
+        for path in Path(checkpoint_folder).glob("*.py"):
+            shutil.copyfile(path, output_dir / path.name)
+    add_pipeline_code(output_dir)
+    card = trainer_model_card(trainer, **card_kwargs)
+    (output_dir / "README.md").write_text(card, encoding="utf-8")
+
+
+# --- command line ---------------------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vaswani-mt push",
+        description="Upload a trained run (its model/ folder and a model card) to the Hugging Face Hub.",
+        epilog="Log in first with `hf auth login` or set HF_TOKEN. The model then loads anywhere with "
+               "AutoModelForSeq2SeqLM.from_pretrained(REPO_ID, trust_remote_code=True).",
+    )
+    parser.add_argument("run_dir", help="the run folder written by `vaswani-mt train` (with model/ and metrics.json)")
+    parser.add_argument("repo_id", help="<user or organization>/<model name> (a bare name means your user)")
+    parser.add_argument("--private", action="store_true", help="create the repo as private (no effect if it exists)")
+    parser.add_argument("--token", help="a Hub token with write access (default: HF_TOKEN or `hf auth login`)")
+    parser.add_argument("--license", help="the weights' licence, a Hub licence id such as apache-2.0 (default: "
+                                          "'other', described by the training data's terms)")
+    parser.add_argument("--license-name", help="with --license other: a short id for the licence")
+    parser.add_argument("--license-link", help="with --license other: a URL (or file in the repo) with its text")
+    parser.add_argument("--dataset", help="the Hub id of the training data for the card's metadata (default: from "
+                                          "the run config)")
+    parser.add_argument("--message", default="Upload vaswani_mt model and model card", help="the commit message")
+    parser.add_argument("--dry-run", action="store_true", help="check the run and print the card and the files; "
+                                                               "upload nothing")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        if args.dry_run:
+            from .model_card import render_model_card
+
+            model_dir = check_run_folder(args.run_dir)
+            namespace, _ = split_repo_id(args.repo_id)
+            print(render_model_card(args.run_dir, args.repo_id if namespace else None, license=args.license,
+                                    license_name=args.license_name, license_link=args.license_link,
+                                    dataset=args.dataset))
+            files = [path for path, _ in upload_plan(model_dir)] + list(_pipeline_additions(model_dir))
+            print("files: " + ", ".join(sorted(set(files) | {"README.md"})), file=sys.stderr)
+            return 0
+        url = push_run(args.run_dir, args.repo_id, private=args.private, token=args.token,
+                       commit_message=args.message, license=args.license, license_name=args.license_name,
+                       license_link=args.license_link, dataset=args.dataset)
+    except PushError as error:
+        print(f"vaswani-mt push: error: {error}", file=sys.stderr)
+        return error.exit_code
+    print(f"pushed {args.run_dir} to {url}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["PushError", "push_run", "check_run_folder", "split_repo_id", "upload_plan", "add_pipeline_code",
+           "prepare_trainer_push", "main"]

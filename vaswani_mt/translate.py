@@ -1,0 +1,299 @@
+"""`vaswani-mt translate`: translate a file (or stdin) line by line with a trained model.
+
+    vaswani-mt translate runs/base/final --input test.en --output test.hyp.de --reference test.de
+
+Input is read as a stream: at most ``--sort-window`` lines are held at once. Inside that window sentences are sorted
+by length and packed into batches of at most ``--max-tokens`` padded source tokens, translated, and written back in
+their original order, so arbitrarily long inputs run in bounded memory and line i of the output is always the
+translation of line i of the input (an empty line gives an empty line).
+
+The reusable core is :func:`translate_lines`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+import torch
+
+from .pipeline_vaswani import encode_source
+
+DEFAULT_MAX_TOKENS = 2048
+DEFAULT_SORT_WINDOW = 1000
+
+
+class TranslateError(Exception):
+    """A problem with the user's input (files, model folder): reported as one line, exit code 1."""
+
+
+def translate_lines(
+    model,
+    tokenizer,
+    lines: Iterable[str],
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    sort_window: int = DEFAULT_SORT_WINDOW,
+    num_beams: int | None = None,
+    max_new_tokens: int | None = None,
+    truncation: bool = True,
+    on_translated: Callable[[int], None] | None = None,
+    **generate_kwargs,
+) -> Iterator[str]:
+    """Translate `lines` (strings without their newline), yielding one translation per line, in order.
+
+    Lazily: reads `sort_window` lines, sorts them by token length, packs them into batches whose padded size
+    (sentences x longest source) stays within `max_tokens` (a longer sentence gets a batch of its own), runs
+    `model.generate`, yields the window's translations in input order, then reads the next window. So at most
+    `sort_window` lines (and their translations) are in memory.
+
+    Decoding defaults are the model's (vaswani_mt: beam 4, length penalty 0.6, up to source length + 50 new tokens,
+    from the padded length of the batch); `num_beams`, `max_new_tokens` and other keyword arguments go to
+    `generate()`. Empty or blank lines give "" without a model call. Sources longer than the model's
+    `max_position_embeddings` are truncated with a warning (`truncation=False`: ValueError). `on_translated(n)` is
+    called after each batch with the number of lines it finished (for progress bars).
+    """
+    if max_tokens < 1 or sort_window < 1:
+        raise ValueError(f"max_tokens and sort_window must be positive, got {max_tokens} and {sort_window}")
+    if num_beams is not None:
+        generate_kwargs["num_beams"] = num_beams
+    if max_new_tokens is not None:
+        generate_kwargs["max_new_tokens"] = max_new_tokens
+    limit = model.config.max_position_embeddings
+    window: list[str] = []
+    for line in lines:
+        window.append(line)
+        if len(window) >= sort_window:
+            yield from _translate_window(model, tokenizer, window, max_tokens, limit, truncation, on_translated,
+                                         generate_kwargs)
+            window = []
+    if window:
+        yield from _translate_window(model, tokenizer, window, max_tokens, limit, truncation, on_translated,
+                                     generate_kwargs)
+
+
+def _translate_window(model, tokenizer, texts, max_tokens, limit, truncation, on_translated, generate_kwargs):
+    results = [""] * len(texts)
+    todo = [i for i, text in enumerate(texts) if text.strip()]
+    if on_translated is not None and len(todo) < len(texts):
+        on_translated(len(texts) - len(todo))
+    encoded = tokenizer([texts[i] for i in todo])["input_ids"] if todo else []
+    sources = {}
+    for i, ids in zip(todo, encoded):
+        sources[i] = ids if len(ids) <= limit else encode_source(tokenizer, texts[i], limit, truncation)
+    # Longest first: the most memory-hungry batch runs first, and similar lengths share a batch (little padding).
+    order = sorted(todo, key=lambda i: len(sources[i]), reverse=True)
+    for batch in _token_batches(order, sources, max_tokens):
+        for i, translation in zip(batch, _generate(model, tokenizer, [sources[i] for i in batch], generate_kwargs)):
+            results[i] = translation
+        if on_translated is not None:
+            on_translated(len(batch))
+    yield from results
+
+
+def _token_batches(order: list[int], sources: dict[int, list[int]], max_tokens: int) -> Iterator[list[int]]:
+    """Consecutive groups of `order` (sorted longest first) whose padded size stays within `max_tokens`."""
+    batch: list[int] = []
+    for i in order:
+        longest = len(sources[batch[0]]) if batch else len(sources[i])
+        if batch and (len(batch) + 1) * longest > max_tokens:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+def _generate(model, tokenizer, sources: list[list[int]], generate_kwargs: dict) -> list[str]:
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
+    width = max(len(ids) for ids in sources)
+    input_ids = torch.full((len(sources), width), pad, dtype=torch.long)
+    attention_mask = torch.zeros((len(sources), width), dtype=torch.long)
+    for row, ids in enumerate(sources):
+        input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[row, : len(ids)] = 1
+    device = model.device
+    with torch.no_grad():
+        output = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                                **generate_kwargs)
+    output_ids = output if isinstance(output, torch.Tensor) else output.sequences
+    if output_ids.shape[0] != len(sources):
+        raise ValueError("translate_lines needs one output per sentence (num_return_sequences=1)")
+    texts = tokenizer.batch_decode(output_ids.cpu(), skip_special_tokens=True)
+    return [" ".join(text.splitlines()) for text in texts]  # one line per translation, always
+
+
+# --- files ------------------------------------------------------------------------------------------------------
+
+
+def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
+    """Lines of a binary stream decoded as UTF-8 (a leading BOM is dropped), without their line ending.
+    Raises TranslateError naming the line when it is not valid UTF-8."""
+    for number, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise TranslateError(
+                f"{name}: line {number} is not valid UTF-8 ({error.reason} at byte {error.start}: "
+                f"{raw[max(0, error.start - 10): error.start + 10]!r}); convert the file, e.g. with iconv"
+            ) from None
+        if number == 1 and line.startswith("\ufeff"):
+            line = line[1:]
+        yield line.rstrip("\r\n")
+
+
+def _open_input(path: str | None) -> tuple[BinaryIO, str]:
+    if path is None or path == "-":
+        return sys.stdin.buffer, "<stdin>"
+    try:
+        return open(path, "rb"), path
+    except OSError as error:
+        raise TranslateError(f"cannot read input {path}: {error.strerror}") from None
+
+
+def _read_all(path: str, what: str) -> list[str]:
+    stream, name = _open_input(path)
+    with stream:
+        return list(read_lines(stream, f"{what} {name}"))
+
+
+class _Output:
+    """Writes UTF-8 lines to a file or to stdout (whatever the locale's encoding)."""
+
+    def __init__(self, path: str | None):
+        self.close_after = False
+        if path is None or path == "-":
+            encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "")
+            if encoding == "utf8" or not hasattr(sys.stdout, "buffer"):
+                self.stream: TextIO = sys.stdout
+            else:
+                self.stream = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n", write_through=True)
+        else:
+            try:
+                self.stream = open(path, "w", encoding="utf-8", newline="\n")
+            except OSError as error:
+                raise TranslateError(f"cannot write output {path}: {error.strerror}") from None
+            self.close_after = True
+
+    def write(self, line: str) -> None:
+        self.stream.write(line + "\n")
+
+    def close(self) -> None:
+        self.stream.flush()
+        if self.close_after:
+            self.stream.close()
+
+
+def load_model_and_tokenizer(folder: str, device: str | None = None):
+    """The model (eval mode, on `device`: default cuda when available, else cpu) and tokenizer saved in `folder`."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise TranslateError(f"model folder {folder} does not exist")
+    if not (path / "config.json").is_file():
+        raise TranslateError(f"{folder} is not a saved model: it has no config.json")
+    if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise TranslateError(f"{folder} has no tokenizer (tokenizer.json): save the tokenizer with the model")
+    import vaswani_mt  # noqa: F401  (registers the model with the Auto classes)
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError) as error:
+        raise TranslateError(f"cannot load the tokenizer from {folder}: {error}") from None
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return model.to(device).eval(), tokenizer
+
+
+def _count_lines(path: str) -> int:
+    with open(path, "rb") as stream:
+        return sum(1 for _ in stream)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vaswani-mt translate",
+        description="Translate one sentence per line with a trained model. Output line i translates input line i.",
+    )
+    parser.add_argument("model", help="folder of a saved model and its tokenizer (e.g. runs/NAME/final)")
+    parser.add_argument("--input", "-i", help="UTF-8 text file, one sentence per line (default: stdin)")
+    parser.add_argument("--output", "-o", help="where to write the translations (default: stdout)")
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                        help="padded source tokens per batch (default: %(default)s)")
+    parser.add_argument("--num-beams", type=int, help="beam size (default: the model's, 4 for the paper's)")
+    parser.add_argument("--max-new-tokens", type=int,
+                        help="longest translation in tokens (default: the model's, source length + 50)")
+    parser.add_argument("--reference", "-r", help="reference translations: print sacreBLEU BLEU and chrF to stderr")
+    parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: cuda if available, else cpu)")
+    parser.add_argument("--sort-window", type=int, default=DEFAULT_SORT_WINDOW,
+                        help="lines read, sorted by length and batched together (default: %(default)s)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    for name in ("max_tokens", "sort_window", "num_beams", "max_new_tokens"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            print(f"vaswani-mt translate: error: --{name.replace('_', '-')} must be positive", file=sys.stderr)
+            return 2
+    try:
+        return _run(args)
+    except TranslateError as error:
+        print(f"vaswani-mt translate: error: {error}", file=sys.stderr)
+        return 1
+
+
+def _run(args) -> int:
+    references = None
+    if args.reference:
+        references = _read_all(args.reference, "reference")
+        if args.input not in (None, "-") and os.path.isfile(args.input):
+            count = _count_lines(args.input)
+            if count != len(references):
+                raise TranslateError(
+                    f"--reference {args.reference} has {len(references)} lines but --input {args.input} has {count}"
+                )
+    model, tokenizer = load_model_and_tokenizer(args.model, args.device)
+    stream, name = _open_input(args.input)
+    output = _Output(args.output)
+    from tqdm.auto import tqdm
+
+    interactive = sys.stderr.isatty()
+    total = _count_lines(args.input) if interactive and args.input not in (None, "-") else None
+    progress = tqdm(total=total, unit="sent", desc="translating", disable=not interactive, file=sys.stderr)
+    hypotheses = [] if references is not None else None
+    try:
+        for translation in translate_lines(
+            model, tokenizer, read_lines(stream, name), max_tokens=args.max_tokens, sort_window=args.sort_window,
+            num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, on_translated=progress.update,
+        ):
+            output.write(translation)
+            if hypotheses is not None:
+                hypotheses.append(translation)
+    finally:
+        progress.close()
+        output.close()
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    if references is not None:
+        if len(hypotheses) != len(references):
+            raise TranslateError(
+                f"--reference {args.reference} has {len(references)} lines but the input had {len(hypotheses)}"
+            )
+        if not hypotheses:
+            raise TranslateError("cannot score an empty input")
+        from .metrics import corpus_scores
+
+        scores = corpus_scores(hypotheses, references)
+        print(f"BLEU = {scores['bleu']:.2f}  {scores['bleu_signature']}", file=sys.stderr)
+        print(f"chrF2 = {scores['chrf']:.2f}  {scores['chrf_signature']}", file=sys.stderr)
+    return 0
+
+
+__all__ = ["translate_lines", "read_lines", "load_model_and_tokenizer", "main", "TranslateError"]
