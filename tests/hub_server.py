@@ -284,7 +284,7 @@ class Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
         self.query = parse_qs(url.query)
-        self.status = 500
+        self.status, self.body_read = 500, False
         self.user, self.role, self.bad_token = self._authenticate()
         try:
             for route_method, regex, name in COMPILED:
@@ -296,11 +296,13 @@ class Handler(BaseHTTPRequestHandler):
                 sys.stderr.write(f"fake-hub: no route for {method} {url.path}\n")
                 raise HubError(404, f"fake hub: no route for {method} {url.path}")
         except HubError as error:
+            self._drain()
             self._error(error)
         except Exception as error:  # a bug in the fake: say so loudly, answer 400 (5xx would be retried)
             import traceback
 
             traceback.print_exc()
+            self._drain()
             self._error(HubError(400, f"fake hub internal error: {type(error).__name__}: {error}"))
         self.store.log({"method": method, "path": url.path, "status": self.status, "user": self.user})
 
@@ -314,7 +316,16 @@ class Handler(BaseHTTPRequestHandler):
             return user, role, False
         return None, None, True
 
+    def _drain(self) -> None:
+        """Read a request body the route refused before reading it, so the client gets the answer, not a reset."""
+        if not self.body_read and self.command in ("POST", "PUT"):
+            try:
+                self._read_body()
+            except OSError:
+                pass
+
     def _read_body(self) -> bytes:
+        self.body_read = True
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             chunks = []
             while True:
@@ -461,7 +472,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def route_preupload(self, type, ns, name, rev):  # noqa: A002
         repo = self._repo(REPO_TYPES[type], ns, name, write=True)
-        files = self.store.repo(REPO_TYPES[type], repo["id"])["commits"][self.store.resolve(repo, rev)]["files"]
+        files = repo["commits"][self.store.resolve(repo, rev)]["files"]
         payload = self._json_body()
         answers = []
         for item in payload.get("files", []):
@@ -485,8 +496,8 @@ class Handler(BaseHTTPRequestHandler):
             raise HubError(400, "commit payload must start with a header line")
         oid = self.store.commit(repo, rev, lines[0].get("value") or {}, lines[1:], self.user)
         prefix = URL_PREFIX[repo["type"]]
-        self._json({"success": True, "commitOid": oid, "commitUrl": f"{self.base_url}/{prefix}{repo['id']}/commit/{oid}",
-                    "hookOutput": ""})
+        url = f"{self.base_url}/{prefix}{repo['id']}/commit/{oid}"
+        self._json({"success": True, "commitOid": oid, "commitUrl": url, "hookOutput": ""})
 
     def _listing(self, files: dict, folder: str, recursive: bool) -> list[dict]:
         prefix = folder.rstrip("/") + "/" if folder else ""

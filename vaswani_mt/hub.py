@@ -125,7 +125,8 @@ def _pipeline_additions(model_dir: Path) -> dict[str, bytes]:
 # --- the push -------------------------------------------------------------------------------------------------------
 
 def push_run(run_dir, repo_id: str, private: bool = False, token: str | None = None,
-             commit_message: str = "Upload vaswani_mt model and model card", *, license: str | None = None,  # noqa: A002
+             commit_message: str = "Upload vaswani_mt model and model card", *,
+             license: str | None = None,  # noqa: A002 - the Hub's name for it
              license_name: str | None = None, license_link: str | None = None, dataset: str | None = None) -> str:
     """Upload a run folder's model and its model card to `repo_id` (created if needed, `private` then) in one commit;
     returns the repo's URL. Raises `PushError` with a one-line reason when the folder is incomplete, there is no
@@ -134,8 +135,6 @@ def push_run(run_dir, repo_id: str, private: bool = False, token: str | None = N
 
     model_dir = check_run_folder(run_dir)
     namespace, name = split_repo_id(repo_id)
-    card = render_model_card(run_dir, repo_id if namespace else None, license=license, license_name=license_name,
-                             license_link=license_link, dataset=dataset)
     plan = upload_plan(model_dir)
     replacements = _pipeline_additions(model_dir)
 
@@ -150,9 +149,8 @@ def push_run(run_dir, repo_id: str, private: bool = False, token: str | None = N
     namespace = namespace or user["name"]
     _check_namespace(user, namespace, f"{namespace}/{name}")
     full_id = f"{namespace}/{name}"
-    if namespace != repo_id.split("/")[0]:  # a bare name: the card's code should show the full id
-        card = render_model_card(run_dir, full_id, license=license, license_name=license_name,
-                                 license_link=license_link, dataset=dataset)
+    card = render_model_card(run_dir, full_id, license=license, license_name=license_name, license_link=license_link,
+                             dataset=dataset)
 
     operations = [CommitOperationAdd(path_in_repo=path, path_or_fileobj=str(local)) for path, local in plan
                   if path not in replacements]

@@ -129,10 +129,12 @@ def trainer_facts(trainer) -> dict[str, Any]:
 
         training["hardware"] = _hardware()
     recorded_steps = (metrics.get("training") or {}).get("steps")
+    model_facts = {"parameters": model.num_parameters()}
+    if (metrics.get("model") or {}).get("preset"):
+        model_facts["preset"] = metrics["model"]["preset"]
     facts_metrics = {
         "training": {k: v for k, v in training.items() if v is not None},
-        "model": {"parameters": model.num_parameters(), **({"preset": (metrics.get("model") or {}).get("preset")}
-                                                          if metrics.get("model") else {})},
+        "model": model_facts,
         "data": metrics.get("data") or {},
     }
     if metrics and recorded_steps == state.global_step:
@@ -155,14 +157,16 @@ def trainer_facts(trainer) -> dict[str, Any]:
 
 
 def trainer_model_card(trainer, language=None, license=None, tags=None, model_name=None,  # noqa: A002
-                       dataset=None, **_ignored) -> str:
-    """The card for ``VaswaniTrainer.create_model_card`` (same keyword arguments as ``Trainer.create_model_card``;
-    the ones without a place in this card are ignored)."""
+                       dataset=None, dataset_tags=None, license_name=None, license_link=None, **_ignored) -> str:
+    """The card for ``VaswaniTrainer.create_model_card``: the keyword arguments of ``Trainer.create_model_card``
+    (those without a place in this card are ignored), plus ``license_name`` / ``license_link``."""
     repo_id = getattr(trainer, "hub_model_id", None) or trainer.args.hub_model_id
+    dataset = dataset or dataset_tags
     if isinstance(dataset, (list, tuple)):
         dataset = dataset[0] if dataset else None
-    return render_card(trainer_facts(trainer), repo_id=repo_id, license=license, dataset=dataset,
-                       language=language, extra_tags=tags, model_name=model_name)
+    return render_card(trainer_facts(trainer), repo_id=repo_id, license=license, license_name=license_name,
+                       license_link=license_link, dataset=dataset, language=language, extra_tags=tags,
+                       model_name=model_name)
 
 
 # --- rendering ------------------------------------------------------------------------------------------------------
