@@ -41,6 +41,7 @@ if str(TESTS_DIR) not in sys.path:
 
 from hub_server import READY_PREFIX, read_state, repo_files  # noqa: E402
 from hub_server import requests as server_requests  # noqa: E402
+from stock_transformers import WITHOUT_VASWANI_MT  # noqa: E402
 from tiny_tokenizer import make_tokenizer  # noqa: E402
 
 ALICE = "hf_fake_alice_write"
@@ -52,17 +53,6 @@ MODEL_FILES = {"config.json", "configuration_vaswani.py", "generation_config.jso
                "modeling_vaswani.py", "pipeline_vaswani.py", "tokenizer.json", "tokenizer_config.json"}
 CLIENT_TIMEOUT = 300
 
-# The first lines of every user-side script: vaswani_mt cannot be imported, as on a machine without it.
-WITHOUT_VASWANI_MT = textwrap.dedent("""\
-    import sys
-    sys.modules["vaswani_mt"] = None  # any import of vaswani_mt now raises ImportError
-    try:
-        import vaswani_mt
-    except ImportError:
-        pass
-    else:
-        raise SystemExit("vaswani_mt must not be importable here")
-""")
 
 
 # --- the run folder a push starts from --------------------------------------------------------------------------------

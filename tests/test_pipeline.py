@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 import torch
+from stock_transformers import WITHOUT_VASWANI_MT
 from transformers import pipeline
 
 from tiny_tokenizer import SENTENCES
@@ -142,15 +143,8 @@ def test_save_for_pipeline_refuses_a_folder_without_config_or_tokenizer(model, t
 
 
 # Runs in a fresh interpreter in which `import vaswani_mt` fails, as on a machine with only stock transformers.
-STOCK_PIPELINE = textwrap.dedent("""
+STOCK_PIPELINE = WITHOUT_VASWANI_MT + textwrap.dedent("""
     import json, sys
-    sys.modules["vaswani_mt"] = None
-    try:
-        import vaswani_mt
-    except ImportError:
-        pass
-    else:
-        raise SystemExit("vaswani_mt must not be importable here")
     from transformers import pipeline
     path, texts = sys.argv[1], json.loads(sys.argv[2])
     pipe = pipeline("translation", model=path, trust_remote_code=True)
