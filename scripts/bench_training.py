@@ -1,14 +1,21 @@
 """Training speed: one step (forward + backward + Adam) of our model vs `MarianMTModel`, same shape, same weights.
 
-    python scripts/bench_training.py            # 5 repetitions of 3 steps each
-    python scripts/bench_training.py --quick    # 2 repetitions of 1 step, short idle waits
+    python scripts/bench_training.py                    # fp32 and bf16, 5 repetitions of 3 steps each
+    python scripts/bench_training.py --precision fp32   # one precision only
+    python scripts/bench_training.py --quick            # 2 repetitions of 1 step, short idle waits
 
 The "small" shape (d_model 256, 3+3 layers, 4 heads, FFN 1024, vocab 8000, dropout 0.1), 266 sentence pairs of 15
 source and 15 target tokens (3990 target tokens per step, as in /work/shared/notes/benchmarks.md), torch with 2
-threads, fp32, Adam(betas 0.9/0.98, eps 1e-9). The Marian model is `vaswani_mt.convert.to_marian(ours)`. Each model
-uses its own loss (ours: token-level cross-entropy; Marian: mean cross-entropy) — the same computation. Each
-repetition times both (A B A B ...) after waiting for other processes to go quiet; disturbed repetitions are redone.
-Prints target tokens per second (median, min–max) and the ratio ours / Marian.
+threads, fused Adam (betas 0.9/0.98, eps 1e-9) for both — transformers' Trainer's default optimizer is fused too.
+The Marian model is `vaswani_mt.convert.to_marian(ours)`. Each model uses its own loss (ours: token-level
+cross-entropy; Marian: mean cross-entropy) — the same computation.
+
+Precisions: `fp32`; `bf16` = `torch.autocast("cpu", torch.bfloat16)` around forward and loss, fp32 weights and
+optimizer (what `bf16: true` in our training configs does through the Trainer). Under bf16 Marian runs both with
+its default attention (sdpa) and with eager attention (`marian eager`), so the peer's better setting is shown too;
+ours picks eager attention on CPU in bf16 by itself. Each repetition times every system (A B A B ...) after waiting
+for other processes to go quiet; disturbed repetitions are redone. Prints target tokens per second (median,
+min–max), the ratio to Marian at the same precision and to Marian fp32.
 
 Target of the project (issue): training >= 1.25x Marian.
 """
@@ -16,6 +23,8 @@ Target of the project (issue): training >= 1.25x Marian.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import sys
 from pathlib import Path
 
@@ -35,12 +44,13 @@ def make_batch(vocab_size: int, seed: int = 1) -> dict:
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
 
 
-def step_runner(model, batch, steps: int):
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+def step_runner(model, batch, steps: int, bf16: bool):
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
     def run():
         for _ in range(steps):
-            loss = model(**batch).loss
+            with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+                loss = model(**batch).loss
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -57,6 +67,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-wait", type=float,
                         help="seconds to wait for an idle machine (default 120, --quick 10)")
     parser.add_argument("--max-redo", type=int, default=3, help="redos of a disturbed repetition")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "all"), default="all")
     args = parser.parse_args(argv)
     if args.quick:
         args.repetitions, args.steps, args.max_redo = 2, 1, 1
@@ -77,7 +88,16 @@ def main(argv=None) -> int:
         ours.eval(), marian.eval()
         loss_ours, loss_marian = ours(**batch).loss.item(), marian(**batch).loss.item()
         ours.train(), marian.train()
-    systems = {"ours": step_runner(ours, batch, args.steps), "marian": step_runner(marian, batch, args.steps)}
+    precisions = ("fp32", "bf16") if args.precision == "all" else (args.precision,)
+    systems = {}
+    for precision in precisions:  # a fresh copy per system: each has its own optimizer state and weights
+        bf16 = precision == "bf16"
+        systems[f"marian {precision}"] = step_runner(copy.deepcopy(marian), batch, args.steps, bf16)
+        if bf16:
+            eager = copy.deepcopy(marian)
+            eager.set_attn_implementation("eager")
+            systems[f"marian eager {precision}"] = step_runner(eager, batch, args.steps, bf16)
+        systems[f"ours {precision}"] = step_runner(copy.deepcopy(ours), batch, args.steps, bf16)
     tokens = int(batch["labels"].numel())
     print(f"torch {torch.__version__}, {args.threads} threads; {PAIRS} pairs x {LENGTH} tokens = {tokens} target "
           f"tokens/step; {args.repetitions} repetitions x {args.steps} steps", file=sys.stderr)
@@ -89,14 +109,20 @@ def main(argv=None) -> int:
     def rates(name):
         return [tokens * args.steps / s for s in results[name].seconds]
 
-    base = tokens * args.steps / results["marian"].median()
+    def rate(name):
+        return tokens * args.steps / results[name].median()
+
     print()
-    print("| system | target tok/s (median) | min–max | s/step | vs Marian | disturbed reps |")
-    print("|---|---|---|---|---|---|")
-    for name in ("marian", "ours"):
-        median = tokens * args.steps / results[name].median()
-        print(f"| {name} | {median:.0f} | {fmt_range(rates(name))} | {results[name].median() / args.steps:.3f} | "
-              f"{median / base:.2f}x | {results[name].disturbed}/{len(results[name].seconds)} |")
+    print("| system | precision | target tok/s (median) | min–max | s/step | vs Marian, same precision | "
+          "vs Marian fp32 | disturbed reps |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in systems:
+        system, precision = name.rsplit(" ", 1)
+        same = rate(name) / rate(f"marian {precision}")
+        fp32 = f"{rate(name) / rate('marian fp32'):.2f}x" if "marian fp32" in results else "–"
+        print(f"| {system} | {precision} | {rate(name):.0f} | {fmt_range(rates(name))} | "
+              f"{results[name].median() / args.steps:.3f} | {same:.2f}x | {fp32} | "
+              f"{results[name].disturbed}/{len(results[name].seconds)} |")
     print()
     print(f"eval-mode loss on the batch: ours {loss_ours:.6f}, Marian {loss_marian:.6f}")
     disturbed = sum(t.disturbed for t in results.values())

@@ -28,9 +28,23 @@ def _cpu_busy_seconds() -> tuple[float, float]:
     return (sum(fields[:8]) - idle) / ticks, time.monotonic()
 
 
+# Helper processes of the benchmark itself (e.g. the CTranslate2 worker): their CPU time is ours, not "other load".
+HELPER_PIDS: set[int] = set()
+
+
+def _process_cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
 def _own_cpu_seconds() -> float:
     times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
+    helpers = sum(_process_cpu_seconds(pid) for pid in HELPER_PIDS)
+    return times.user + times.system + times.children_user + times.children_system + helpers
 
 
 class LoadMonitor:

@@ -1,9 +1,9 @@
 """Does int8 quantization cost BLEU? CTranslate2 float32 vs int8 exports of a trained model on a test set.
 
     python scripts/check_int8_bleu.py runs/NAME                      # Multi30k test2016 en->de by default
-    python scripts/check_int8_bleu.py runs/NAME/final --source test.en --reference test.de --tolerance 0.5 --hf
+    python scripts/check_int8_bleu.py runs/NAME/model --source test.en --reference test.de --tolerance 0.5 --hf
 
-Exports the model (a saved model folder, or a run folder containing `final/`) to CTranslate2 in float32 and int8,
+Exports the model (a saved model folder, or a `vaswani-mt train` run folder: its `model/`) to CTranslate2 in float32 and int8,
 translates the test set with both (beam 4, length penalty 0.6, up to source length + 50 tokens: the model's
 defaults), and prints a markdown table of sacreBLEU BLEU / chrF (with signatures) and the int8 - float32 difference.
 With `--hf` our own `generate()` (via `vaswani-mt translate`'s core) is scored as well. Exit code 1 when int8 is more
@@ -23,10 +23,10 @@ MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 
 
 def find_model_folder(path: Path) -> Path:
-    for candidate in (path, path / "final"):
+    for candidate in (path, path / "model"):
         if (candidate / "config.json").is_file():
             return candidate
-    raise SystemExit(f"no saved model in {path} or {path / 'final'} (no config.json)")
+    raise SystemExit(f"no saved model in {path} or {path / 'model'} (no config.json)")
 
 
 def read(path: Path) -> list[str]:
@@ -35,7 +35,7 @@ def read(path: Path) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", type=Path, help="saved model folder, or a run folder with final/")
+    parser.add_argument("run", type=Path, help="saved model folder, or a run folder with model/")
     parser.add_argument("--source", type=Path, default=MULTI30K / "test2016.en")
     parser.add_argument("--reference", type=Path, default=MULTI30K / "test2016.de")
     parser.add_argument("--tolerance", type=float, default=0.5, help="allowed BLEU loss of int8 (default 0.5)")

@@ -134,3 +134,23 @@ def test_a_tokenizer_larger_than_the_model_vocabulary_is_refused(tokenizer, tmp_
     model = VaswaniForConditionalGeneration(VaswaniConfig.from_preset("tiny", vocab_size=len(tokenizer) - 1))
     with pytest.raises(ValueError, match="tokenizer has"):
         export_ctranslate2(model, tmp_path / "ct2", tokenizer=tokenizer)
+
+
+@pytest.mark.parametrize("trained", ["post"], indirect=True)
+def test_translating_with_ctranslate2_leaves_torchs_thread_count_alone(trained, tokenizer, tmp_path):
+    export_ctranslate2(trained, tmp_path / "ct2", tokenizer=tokenizer)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        translate_with_ctranslate2(tmp_path / "ct2", tokenizer, SENTENCES[:1], threads=1)
+        assert torch.get_num_threads() == 2  # a 1-thread Translator used to make torch single-threaded
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("trained", ["post"], indirect=True)
+def test_an_int8_export_leaves_the_models_own_weights_untouched(trained, tokenizer, tmp_path):
+    before = {name: tensor.clone() for name, tensor in trained.state_dict().items()}
+    export_ctranslate2(trained, tmp_path / "int8", tokenizer=tokenizer, quantization="int8")
+    changed = [name for name, tensor in trained.state_dict().items() if not torch.equal(tensor, before[name])]
+    assert changed == []  # CTranslate2 quantizes in place: it must get copies

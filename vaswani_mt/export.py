@@ -69,7 +69,8 @@ class _Weights:
     def __call__(self, tensor: torch.Tensor):
         key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
         if key not in self._cache:
-            self._cache[key] = tensor.detach().to("cpu", torch.float32).contiguous().numpy()
+            # a copy: CTranslate2 quantizes the arrays in place, which rewrote a float32 model's own weights
+            self._cache[key] = tensor.detach().to("cpu", torch.float32).contiguous().numpy().copy()
         return self._cache[key]
 
 
@@ -243,6 +244,16 @@ def export_ctranslate2(model_or_dir, out_dir, quantization: str | None = None, t
     return out
 
 
+def _translator(ctranslate2, model_dir, **options):
+    """A CPU `ctranslate2.Translator` that leaves torch's thread count alone: creating one sets the calling
+    thread's OpenMP thread count to its `intra_threads`, which torch (same OpenMP runtime) then uses too — a
+    translator with 1 thread silently made every later torch operation in the process single-threaded."""
+    threads = torch.get_num_threads()
+    translator = ctranslate2.Translator(str(model_dir), device="cpu", **options)
+    torch.set_num_threads(threads)
+    return translator
+
+
 def translate_with_ctranslate2(model_dir, tokenizer, texts: list[str], *, beam_size: int = 4,
                                length_penalty: float = 0.6, max_batch_tokens: int = 2048,
                                compute_type: str = "default", threads: int = 0, **options) -> list[str]:
@@ -255,8 +266,7 @@ def translate_with_ctranslate2(model_dir, tokenizer, texts: list[str], *, beam_s
     ``generate(early_stopping=True)``; with transformers' default (``early_stopping=False``) generate() may search
     a few steps longer and, rarely, return a better-scoring hypothesis."""
     ctranslate2 = _import_ctranslate2()
-    translator = ctranslate2.Translator(str(model_dir), device="cpu", compute_type=compute_type,
-                                        intra_threads=threads)
+    translator = _translator(ctranslate2, model_dir, compute_type=compute_type, intra_threads=threads)
     keep = [i for i, text in enumerate(texts) if text.strip()]
     sources = [tokenizer.convert_ids_to_tokens(tokenizer(texts[i]).input_ids) for i in keep]
     results = [""] * len(texts)

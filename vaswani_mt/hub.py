@@ -74,6 +74,11 @@ def check_run_folder(run_dir) -> Path:
         for name in CODE_FILES:
             if not (model_dir / name).is_file():
                 missing.append(f"{MODEL_DIR}/{name} (the model code)")
+        modeling = model_dir / CODE_FILES[0]
+        if modeling.is_file():  # and the modules it imports (newer checkpoints: generation_vaswani.py)
+            for module in re.findall(r"^from \.(\w+) import", modeling.read_text(encoding="utf-8"), re.M):
+                if not (model_dir / f"{module}.py").is_file():
+                    missing.append(f"{MODEL_DIR}/{module}.py (imported by the model code)")
         if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
             missing.append(f"{MODEL_DIR}/tokenizer.json (the tokenizer)")
     for name, what in (("metrics.json", "the run's scores, for the model card"),

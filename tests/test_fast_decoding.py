@@ -1,0 +1,177 @@
+"""The fast decoding loops (vaswani_mt/generation_vaswani.py) return exactly what transformers' own greedy and
+beam-search loops return, for every setting they take over, and hand everything else to transformers."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers.generation.utils import GenerationMixin
+
+from vaswani_mt.generation_vaswani import DecodeLinear, _chunked_topk, _mkl_packing_available
+
+EOS = 3
+
+
+def _model(make_tiny_model, norm_style="post", vocab_size=128, eos_bias=2.5, seed=0):
+    """A tiny random model whose EOS logit is raised, so hypotheses end at different lengths (random models
+    otherwise rarely emit EOS and every output would run to the limit)."""
+    model = make_tiny_model(seed=seed, norm_style=norm_style, vocab_size=vocab_size, final_logits_bias=True)
+    model.final_logits_bias[0, EOS] = eos_bias
+    return model
+
+
+def _sources(vocab_size=128, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(4, vocab_size, (5, 9), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    for row, length in enumerate((9, 6, 3, 8, 1)):
+        attention_mask[row, length:] = 0
+    input_ids[attention_mask == 0] = 0
+    input_ids[torch.arange(5), attention_mask.sum(1) - 1] = EOS
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def _both(model, inputs, **kwargs):
+    """(fast loop output, transformers' loop output) for one generate() call."""
+    fast = model.generate(**inputs, **kwargs)
+    model.use_fast_decoding = False
+    try:
+        reference = model.generate(**inputs, **kwargs)
+    finally:
+        model.use_fast_decoding = True
+    return fast, reference
+
+
+def _transformers_loops_fail(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("transformers' decoding loop ran")
+    monkeypatch.setattr(GenerationMixin, "_beam_search", fail)
+    monkeypatch.setattr(GenerationMixin, "_sample", fail)
+
+
+@pytest.mark.parametrize("norm_style", ["post", "pre"])
+@pytest.mark.parametrize("early_stopping", [False, True, "never"])
+@pytest.mark.parametrize("length_penalty", [0.6, 1.0, -0.5])
+def test_beam_search_returns_what_transformers_beam_search_returns(make_tiny_model, norm_style, early_stopping,
+                                                                   length_penalty):
+    model = _model(make_tiny_model, norm_style)
+    fast, reference = _both(model, _sources(), num_beams=4, max_new_tokens=12, early_stopping=early_stopping,
+                            length_penalty=length_penalty)
+    assert torch.equal(fast, reference)
+
+
+def test_the_beam_search_check_covers_hypotheses_that_end_early_and_late(make_tiny_model):
+    out = _model(make_tiny_model).generate(**_sources(), num_beams=4, max_new_tokens=12)
+    ended = [(row[1:] == EOS).nonzero().flatten() for row in out]
+    lengths = {int(e[0]) if len(e) else None for e in ended}
+    assert None in lengths or out.shape[1] == 13  # some hypotheses run to the limit ...
+    assert len(lengths - {None}) >= 2  # ... and others end at different lengths
+
+
+@pytest.mark.parametrize("num_beams,num_return_sequences", [(2, 1), (3, 3), (5, 2)])
+def test_beam_search_matches_for_other_beam_counts_and_several_returned_sequences(make_tiny_model, num_beams,
+                                                                                 num_return_sequences):
+    model = _model(make_tiny_model)
+    fast, reference = _both(model, _sources(), num_beams=num_beams, num_return_sequences=num_return_sequences,
+                            max_new_tokens=10)
+    assert fast.shape[0] == 5 * num_return_sequences
+    assert torch.equal(fast, reference)
+
+
+@pytest.mark.parametrize("norm_style", ["post", "pre"])
+def test_greedy_search_returns_what_transformers_greedy_search_returns(make_tiny_model, norm_style):
+    model = _model(make_tiny_model, norm_style, eos_bias=3.0)
+    fast, reference = _both(model, _sources(), num_beams=1, max_new_tokens=12)
+    assert torch.equal(fast, reference)
+    assert (fast == model.config.pad_token_id).any(), "finished rows are padded: the check covers EOS handling"
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+@pytest.mark.parametrize("limit", [{"min_new_tokens": 6}, {"min_length": 5}])
+def test_minimum_lengths_are_applied_as_transformers_applies_them(make_tiny_model, num_beams, limit):
+    model = _model(make_tiny_model, eos_bias=4.0)
+    fast, reference = _both(model, _sources(), num_beams=num_beams, max_new_tokens=10, **limit)
+    assert torch.equal(fast, reference)
+    first_eos = [(row[1:] == EOS).nonzero().flatten() for row in fast]
+    assert all(len(e) == 0 or e[0] >= 4 for e in first_eos)
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_other_logits_processors_run_inside_the_fast_loop_unchanged(make_tiny_model, monkeypatch, num_beams):
+    model = _model(make_tiny_model)
+    kwargs = dict(num_beams=num_beams, max_new_tokens=10, repetition_penalty=1.5, no_repeat_ngram_size=2,
+                  bad_words_ids=[[7], [9, 10]])
+    model.use_fast_decoding = False
+    reference = model.generate(**_sources(), **kwargs)
+    model.use_fast_decoding = True
+    _transformers_loops_fail(monkeypatch)
+    assert torch.equal(model.generate(**_sources(), **kwargs), reference)
+
+
+def test_the_fast_loops_replace_transformers_loops_for_the_default_decoding(make_tiny_model, monkeypatch):
+    model = _model(make_tiny_model)
+    _transformers_loops_fail(monkeypatch)
+    assert model.generate(**_sources()).shape[0] == 5  # the paper's beam 4 (generation_config)
+    assert model.generate(**_sources(), num_beams=1).shape[0] == 5
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(return_dict_in_generate=True, output_scores=True),
+    dict(do_sample=True),
+    dict(use_cache=False),
+    dict(decoder_input_ids=torch.tensor([[2, 5]] * 5)),
+])
+def test_settings_the_fast_loops_do_not_cover_run_transformers_loops(make_tiny_model, monkeypatch, kwargs):
+    model = _model(make_tiny_model)
+    calls = []
+    for name in ("_beam_search", "_sample"):
+        original = getattr(GenerationMixin, name)
+
+        def spy(*args, _original=original, **kw):
+            calls.append(1)
+            return _original(*args, **kw)
+        monkeypatch.setattr(GenerationMixin, name, spy)
+    torch.manual_seed(0)
+    model.generate(**_sources(), num_beams=4, max_new_tokens=5, **kwargs)
+    assert calls
+
+
+def test_a_model_in_training_mode_decodes_with_transformers_loop(make_tiny_model, monkeypatch):
+    model = _model(make_tiny_model).train()
+    _transformers_loops_fail(monkeypatch)
+    with pytest.raises(AssertionError, match="transformers' decoding loop ran"):
+        model.generate(**_sources(), max_new_tokens=3)
+
+
+def test_beam_search_matches_with_a_vocabulary_large_enough_for_the_chunked_top_k(make_tiny_model):
+    model = _model(make_tiny_model, vocab_size=2048)
+    fast, reference = _both(model, _sources(vocab_size=2048), num_beams=4, max_new_tokens=10)
+    assert torch.equal(fast, reference)
+
+
+def test_beam_search_matches_in_bfloat16(make_tiny_model):
+    model = _model(make_tiny_model).to(torch.bfloat16)
+    fast, reference = _both(model, _sources(), num_beams=4, max_new_tokens=10)
+    assert torch.equal(fast, reference)
+
+
+@pytest.mark.parametrize("rows,n,k", [(3, 32000, 8), (64, 8192, 4), (2, 4096 * 4, 12), (5, 1000, 8)])
+def test_chunked_top_k_gives_torch_topk_values_and_indices(rows, n, k):
+    scores = torch.randn(rows, n, generator=torch.Generator().manual_seed(n))
+    scores[0, :100] = float("-inf")  # banned tokens stay out
+    values, indices = _chunked_topk(scores, k)
+    expected_values, expected_indices = torch.topk(scores, k)
+    assert torch.equal(values, expected_values)
+    assert torch.equal(indices, expected_indices)
+
+
+@pytest.mark.skipif(not _mkl_packing_available(), reason="torch without MKL packed GEMM")
+@pytest.mark.parametrize("bias", [True, False])
+def test_packed_decode_products_equal_plain_linear_products(bias):
+    generator = torch.Generator().manual_seed(0)
+    weight, x = torch.randn(300, 64, generator=generator), torch.randn(12, 64, generator=generator)
+    b = torch.randn(300, generator=generator) if bias else None
+    linear = DecodeLinear(weight, b, rows=12)
+    assert linear.packed is not None
+    torch.testing.assert_close(linear(x), F.linear(x, weight, b), rtol=1e-5, atol=1e-5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # under autocast: the plain (autocast) product
+        assert linear(x).dtype == torch.bfloat16
