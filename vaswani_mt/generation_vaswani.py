@@ -182,14 +182,12 @@ class IncrementalDecoder:
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """Feed one token per row; returns the next-token logits [rows, vocab]."""
-        decoder, position = self.decoder, self.length
-        if position >= decoder.embed_positions.table.shape[0]:
-            decoder.embed_positions(1, position)  # raises the clear "longer than max_position_embeddings" error
-        x = decoder.embed_tokens(tokens) * decoder.embed_scale + decoder.embed_positions.table[position]
-        for i, layer in enumerate(self.layers):
-            x = self._residual(layer, x, layer.self_attn_layer_norm, lambda h: self._self_attention(i, h))
-            x = self._residual(layer, x, layer.encoder_attn_layer_norm, lambda h: self._cross_attention(i, h))
-            x = self._residual(layer, x, layer.final_layer_norm, lambda h: self._feed_forward(i, layer, h))
+        decoder = self.decoder
+        x = decoder.embed_tokens(tokens) * decoder.embed_scale + decoder.embed_positions(1, self.length)
+        for i, layer in enumerate(self.layers):  # eval mode: the residuals' dropout is the identity
+            x = layer.residual(x, layer.self_attn_layer_norm, lambda h: self._self_attention(i, h))
+            x = layer.residual(x, layer.encoder_attn_layer_norm, lambda h: self._cross_attention(i, h))
+            x = layer.residual(x, layer.final_layer_norm, lambda h: self._feed_forward(i, layer, h))
         self.length += 1
         logits = self.lm_head(decoder.final_norm(x))
         if self.model.final_logits_bias is not None:
@@ -199,11 +197,6 @@ class IncrementalDecoder:
     def _feed_forward(self, i: int, layer, x: torch.Tensor) -> torch.Tensor:
         """§3.3, as `VaswaniFeedForward` in eval mode."""
         return self.linears[i]["fc2"](layer.ffn.activation(self.linears[i]["fc1"](x)))
-
-    @staticmethod
-    def _residual(layer, x, norm, sublayer):
-        """As `VaswaniLayer.residual` in eval mode (no dropout)."""
-        return x + sublayer(norm(x)) if layer.pre_norm else norm(x + sublayer(x))
 
     def reorder(self, rows: torch.Tensor) -> None:
         """Row r continues the hypothesis that was row `rows[r]` (beam search). Only the self-attention cache
@@ -284,7 +277,7 @@ def _top_k_continuations(model, accumulated_log_probs, running_sequences, runnin
     return topk_log_probs, topk_running_sequences, topk_running_beam_indices
 
 
-def _decoder_for(model, input_ids, generation_config, model_kwargs, rows_per_source: int) -> IncrementalDecoder:
+def _decoder_for(model, generation_config, model_kwargs, rows_per_source: int) -> IncrementalDecoder:
     encoder_outputs = model_kwargs["encoder_outputs"]
     hidden = encoder_outputs[0] if isinstance(encoder_outputs, (tuple, list)) else encoder_outputs.last_hidden_state
     return IncrementalDecoder(model, hidden, model_kwargs.get("attention_mask"), rows_per_source,
@@ -297,7 +290,7 @@ def greedy_search(model, input_ids: torch.LongTensor, logits_processor: LogitsPr
     pad_token_id = generation_config._pad_token_tensor
     has_eos_stopping_criteria = any(hasattr(c, "eos_token_id") for c in stopping_criteria)
     process = _processor(logits_processor)
-    decoder = _decoder_for(model, input_ids, generation_config, model_kwargs, rows_per_source=1)
+    decoder = _decoder_for(model, generation_config, model_kwargs, rows_per_source=1)
     unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
     while True:
         scores = process(input_ids, decoder.step(input_ids[:, -1]).to(dtype=torch.float32))
@@ -345,7 +338,7 @@ def beam_search(model, input_ids: torch.LongTensor, logits_processor: LogitsProc
     beam_indices = running_beam_indices.clone()
 
     process = _processor(logits_processor)
-    decoder = _decoder_for(model, input_ids, generation_config, model_kwargs, rows_per_source=num_beams)
+    decoder = _decoder_for(model, generation_config, model_kwargs, rows_per_source=num_beams)
     identity = torch.arange(batch_size * num_beams, device=device)
     while True:
         flat_running = running_sequences[:, :, :cur_len].reshape(batch_size * num_beams, cur_len)
