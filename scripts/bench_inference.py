@@ -12,9 +12,11 @@ tokens. Rows:
 - `ours, transformers loop`: the same model with `use_fast_decoding = False` (transformers' own loops);
 - `ct2-float32` / `ct2-int8`: the CTranslate2 export, run the way CTranslate2 recommends for throughput on 2 cores:
   2 translation workers of 1 thread each (`inter_threads=2, intra_threads=1`), batches of 32 sentences; and
-  `... 1x2`: one worker with 2 threads (`intra_threads=2`), the whole batch at once.
-CTranslate2 runs in a worker process of its own (the benchmark's child, timed from here, its CPU time counted as
-the benchmark's): a live Translator in the same process slowed torch's generate() by ~25 % on this machine, even
+  `... 1x2`: one worker with 2 threads (`intra_threads=2`), the whole batch at once; and on a CPU with AVX-512,
+  `... avx512`: the 2x1 setting with `CT2_FORCE_CPU_ISA=AVX512` (CTranslate2 4.8 dispatches its own kernels to
+  AVX2 unless told otherwise; its documented switch).
+CTranslate2 runs in worker processes of its own (children of the benchmark, one per ISA setting, timed from here,
+their CPU time counted as the benchmark's; idle while the others run): a live Translator in the same process slowed torch's generate() by ~25 % on this machine, even
 while idle, which flattered every ratio to Marian. Each repetition runs every system once (A B A B ...),
 after waiting for other processes to go quiet; disturbed repetitions are redone. Prints a markdown table of medians
 (sentences/s), min–max and ratios to Marian.
@@ -26,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -70,17 +74,29 @@ def hf_runner(model, input_ids, attention_mask, beams: int):
 
 # CTranslate2 settings compared: (label suffix, intra_threads, inter_threads, max_batch_size)
 CT2_SETTINGS = (("", 1, 2, SENTENCES // 2), (" 1x2", 2, 1, SENTENCES))
+# ... and in a second worker with CTranslate2's kernels forced to AVX-512 (the ISA is fixed per process)
+CT2_AVX512_SETTINGS = ((" avx512", 1, 2, SENTENCES // 2),)
 
 
-def ct2_worker(folder: Path) -> int:
-    """`--ct2-worker FOLDER`: load the exports in FOLDER (float32/, int8/, sources.json) with every setting, then
-    answer one JSON request per stdin line ({"quantization", "suffix", "beams", "tokens"}) with one JSON line."""
+def cpu_has_avx512() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " avx512f" in f.read()
+    except OSError:
+        return False
+
+
+def ct2_worker(folder: Path, avx512: bool) -> int:
+    """`--ct2-worker FOLDER [--ct2-avx512]`: load the exports in FOLDER (float32/, int8/, sources.json) with every
+    setting of the group (the parent sets CTranslate2's ISA in the environment), then answer one JSON request per
+    stdin line ({"quantization", "suffix", "beams", "tokens"}) with one JSON line."""
     import ctranslate2
 
     sources = json.loads((folder / "sources.json").read_text())
+    settings = CT2_AVX512_SETTINGS if avx512 else CT2_SETTINGS
     translators = {(q, suffix): (ctranslate2.Translator(str(folder / q), device="cpu", intra_threads=intra,
                                                          inter_threads=inter), max_batch)
-                   for q in ("float32", "int8") for suffix, intra, inter, max_batch in CT2_SETTINGS}
+                   for q in ("float32", "int8") for suffix, intra, inter, max_batch in settings}
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
@@ -96,9 +112,12 @@ def ct2_worker(folder: Path) -> int:
 class CT2Worker:
     """The parent's handle on the `--ct2-worker` process."""
 
-    def __init__(self, folder: Path):
-        self.process = subprocess.Popen([sys.executable, __file__, "--ct2-worker", str(folder)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    def __init__(self, folder: Path, avx512: bool = False):
+        env = {k: v for k, v in os.environ.items() if k != "CT2_FORCE_CPU_ISA"}  # default rows: CTranslate2's choice
+        if avx512:
+            env["CT2_FORCE_CPU_ISA"] = "AVX512"
+        command = [sys.executable, __file__, "--ct2-worker", str(folder)] + (["--ct2-avx512"] if avx512 else [])
+        self.process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         HELPER_PIDS.add(self.process.pid)
         self._read()
 
@@ -133,9 +152,10 @@ def main(argv=None) -> int:
     parser.add_argument("--max-redo", type=int, default=3, help="redos of a disturbed repetition")
     parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
     parser.add_argument("--ct2-worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--ct2-avx512", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.ct2_worker:
-        return ct2_worker(args.ct2_worker)
+        return ct2_worker(args.ct2_worker, args.ct2_avx512)
     if args.quick:
         args.repetitions, args.max_redo = 2, 1
     if args.max_wait is None:
@@ -159,7 +179,7 @@ def main(argv=None) -> int:
         identical[mode] = torch.equal(a, b) and torch.equal(a, c)
         assert a.shape[1] == NEW_TOKENS + 1, a.shape
 
-    ct2_match, worker = {}, None
+    ct2_match, workers, ct2_settings = {}, [], CT2_SETTINGS
     tmp = tempfile.TemporaryDirectory()
     if not args.no_ct2:
         from vaswani_mt.export import export_ctranslate2
@@ -170,9 +190,15 @@ def main(argv=None) -> int:
         for quantization in ("float32", "int8"):
             export_ctranslate2(ours, folder / quantization, quantization=None if quantization == "float32" else "int8",
                                tokens=tokens)
-        worker = CT2Worker(folder)
-        for quantization in ("float32", "int8"):
-            for suffix, *_ in CT2_SETTINGS:
+        workers = [(CT2Worker(folder), CT2_SETTINGS)]
+        if cpu_has_avx512():
+            try:
+                workers.append((CT2Worker(folder, avx512=True), CT2_AVX512_SETTINGS))
+            except RuntimeError as error:
+                print(f"skipping the AVX-512 rows of CTranslate2: {error}", file=sys.stderr)
+        ct2_settings = [setting for _, settings in workers for setting in settings]
+        for (worker, settings), quantization in itertools.product(workers, ("float32", "int8")):
+            for suffix, *_ in settings:
                 for beams, mode in ((1, "greedy"), (4, "beam4")):
                     systems[f"ct2-{quantization}{suffix} {mode}"] = worker.runner(quantization, suffix, beams)
                     if quantization == "float32":
@@ -197,7 +223,7 @@ def main(argv=None) -> int:
     for mode in ("greedy", "beam4"):
         base = SENTENCES / results[f"marian {mode}"].median()
         for prefix in ("marian", "ours, transformers loop", "ours", *(f"ct2-{q}{suffix}" for q in ("float32", "int8")
-                                                                      for suffix, *_ in CT2_SETTINGS)):
+                                                                      for suffix, *_ in ct2_settings)):
             name = f"{prefix} {mode}"
             if name not in results:
                 continue
@@ -215,7 +241,7 @@ def main(argv=None) -> int:
         print(f"WARNING: {disturbed} timed runs were disturbed by other processes even after redoing; "
               "treat the figures as rough")
     print("targets: ours beam4 >= 1.5x Marian; CT2 >= 2.3x Marian (fp32), >= 2.8x (int8)")
-    if worker is not None:
+    for worker, _ in workers:
         worker.close()
     tmp.cleanup()
     return 0

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from transformers.generation.utils import GenerationMixin
 
-from vaswani_mt.generation_vaswani import DecodeLinear, _chunked_topk, _mkl_packing_available
+from vaswani_mt.generation_vaswani import DecodeLinear, IncrementalDecoder, _chunked_topk, _mkl_packing_available
 
 EOS = 3
 
@@ -152,6 +152,27 @@ def test_beam_search_matches_in_bfloat16(make_tiny_model):
     model = _model(make_tiny_model).to(torch.bfloat16)
     fast, reference = _both(model, _sources(), num_beams=4, max_new_tokens=10)
     assert torch.equal(fast, reference)
+
+
+@pytest.mark.parametrize("norm_style", ["post", "pre"])
+def test_a_beam_that_continues_another_beam_attends_to_that_beams_history_only(make_tiny_model, norm_style):
+    # The incremental decoder never moves cached keys/values when beams are reordered; each row's next logits must
+    # still be those of a full decoder pass over the row's own token history.
+    model, beams = _model(make_tiny_model, norm_style), 3
+    sources = {k: v[:2].repeat_interleave(beams, dim=0) for k, v in _sources().items()}
+    with torch.no_grad():
+        encoded = model.get_encoder()(**sources).last_hidden_state
+        decoder = IncrementalDecoder(model, encoded, sources["attention_mask"], beams, max_length=8)
+        history = torch.full((2 * beams, 1), model.config.decoder_start_token_id)
+        generator = torch.Generator().manual_seed(3)
+        for parents in (None, [0, 0, 2, 4, 3, 3], [1, 2, 0, 5, 5, 4], [2, 2, 2, 3, 4, 5]):
+            if parents is not None:
+                decoder.reorder(torch.tensor(parents))
+                history = history[parents]
+            logits = decoder.step(history[:, -1])
+            full = model(**sources, decoder_input_ids=history).logits[:, -1]
+            torch.testing.assert_close(logits, full, rtol=1e-4, atol=1e-4)
+            history = torch.cat([history, torch.randint(4, 128, (2 * beams, 1), generator=generator)], dim=1)
 
 
 @pytest.mark.parametrize("rows,n,k", [(3, 32000, 8), (64, 8192, 4), (2, 4096 * 4, 12), (5, 1000, 8)])

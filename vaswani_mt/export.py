@@ -21,6 +21,11 @@ Using the export::
     text = tokenizer.convert_tokens_to_string(result[0].hypotheses[0])
 
 The tokenizer is saved in `out_dir` too (``AutoTokenizer.from_pretrained(out_dir)``).
+
+Speed on CPU: CTranslate2 4.8 uses its AVX2 kernels even on CPUs with AVX-512 unless ``CT2_FORCE_CPU_ISA=AVX512``
+is in the process environment before ctranslate2 is used (on this project's Intel machine int8 beam search gained
+a few per cent, float32 nothing clear; README "Speed"); for throughput on few cores, several workers of one
+thread (``inter_threads``) beat one worker with several threads.
 """
 
 from __future__ import annotations
