@@ -1,6 +1,10 @@
 """The fast decoding loops (vaswani_mt/generation_vaswani.py) return exactly what transformers' own greedy and
 beam-search loops return, for every setting they take over, and hand everything else to transformers."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -96,10 +100,20 @@ def test_minimum_lengths_are_applied_as_transformers_applies_them(make_tiny_mode
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])
-def test_other_logits_processors_run_inside_the_fast_loop_unchanged(make_tiny_model, monkeypatch, num_beams):
+@pytest.mark.parametrize("processors", [
+    dict(repetition_penalty=1.5, no_repeat_ngram_size=2, bad_words_ids=[[7], [9, 10]]),
+    dict(repetition_penalty=1.3),  # alone, it returns a strided score matrix
+    dict(no_repeat_ngram_size=2),
+    dict(suppress_tokens=[5, 6]),
+    dict(sequence_bias={(8,): 2.0}),
+    dict(forced_eos_token_id=EOS),
+    dict(exponential_decay_length_penalty=(4, 1.5)),
+    dict(renormalize_logits=True, repetition_penalty=1.3),
+], ids=lambda kwargs: "+".join(kwargs))
+def test_other_logits_processors_run_inside_the_fast_loop_unchanged(make_tiny_model, monkeypatch, num_beams,
+                                                                    processors):
     model = _model(make_tiny_model)
-    kwargs = dict(num_beams=num_beams, max_new_tokens=10, repetition_penalty=1.5, no_repeat_ngram_size=2,
-                  bad_words_ids=[[7], [9, 10]])
+    kwargs = dict(num_beams=num_beams, max_new_tokens=10, **processors)
     model.use_fast_decoding = False
     reference = model.generate(**_sources(), **kwargs)
     model.use_fast_decoding = True
@@ -173,6 +187,66 @@ def test_a_beam_that_continues_another_beam_attends_to_that_beams_history_only(m
             full = model(**sources, decoder_input_ids=history).logits[:, -1]
             torch.testing.assert_close(logits, full, rtol=1e-4, atol=1e-4)
             history = torch.cat([history, torch.randint(4, 128, (2 * beams, 1), generator=generator)], dim=1)
+
+
+def _count_keeps(monkeypatch) -> list:
+    """Record the sentence counts IncrementalDecoder.keep is called with."""
+    calls, keep = [], IncrementalDecoder.keep
+
+    def spy(self, sentences):
+        calls.append(len(sentences))
+        return keep(self, sentences)
+    monkeypatch.setattr(IncrementalDecoder, "keep", spy)
+    return calls
+
+
+@pytest.mark.parametrize("early_stopping,length_penalty", [(False, 0.6), (True, 0.6), ("never", -0.5)])
+def test_sentences_whose_result_is_final_leave_the_batch_without_changing_the_output(make_tiny_model, monkeypatch,
+                                                                                    early_stopping, length_penalty):
+    keeps = _count_keeps(monkeypatch)
+    fast, reference = _both(_model(make_tiny_model), _sources(), num_beams=4, max_new_tokens=12,
+                            early_stopping=early_stopping, length_penalty=length_penalty)
+    assert keeps and keeps[-1] < 5  # sentences did leave the batch ...
+    assert torch.equal(fast, reference)  # ... and the output is transformers' own
+
+
+def test_sentences_stay_in_the_batch_when_a_logits_processor_may_depend_on_their_position(make_tiny_model,
+                                                                                       monkeypatch):
+    keeps = _count_keeps(monkeypatch)
+    fast, reference = _both(_model(make_tiny_model), _sources(), num_beams=4, max_new_tokens=12,
+                            repetition_penalty=1.3)
+    assert keeps == []
+    assert torch.equal(fast, reference)
+
+
+def test_the_decoder_keeps_the_state_of_the_sentences_it_goes_on_with(make_tiny_model):
+    model, beams = _model(make_tiny_model), 2
+    sources = {k: v[:3].repeat_interleave(beams, dim=0) for k, v in _sources().items()}
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        encoded = model.get_encoder()(**sources).last_hidden_state
+        whole, part = (IncrementalDecoder(model, encoded, sources["attention_mask"], beams, max_length=6)
+                       for _ in range(2))
+        tokens = torch.randint(4, 128, (6, 4), generator=generator)
+        for step in range(2):
+            whole.step(tokens[:, step]), part.step(tokens[:, step])
+        whole.reorder(torch.tensor([1, 1, 2, 3, 5, 4])), part.reorder(torch.tensor([1, 1, 2, 3, 5, 4]))
+        part.keep(torch.tensor([0, 2]))  # sentences 0 and 2: rows 0, 1, 4, 5
+        rows = torch.tensor([0, 1, 4, 5])
+        for step in range(2, 4):
+            torch.testing.assert_close(part.step(tokens[rows, step]), whole.step(tokens[:, step])[rows])
+
+
+def test_the_check_script_translates_a_file_with_both_loops_and_reports_them_identical(model, tokenizer, tmp_path):
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    source = tmp_path / "source.txt"
+    source.write_text("a dog runs in the snow\ntwo men\n\nthe cat sat on the mat and the dog sat too\n")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "check_fast_decoding.py"
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), "--source", str(source), "--threads", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "identical translations: 4 of 4" in done.stdout
 
 
 @pytest.mark.parametrize("rows,n,k", [(3, 32000, 8), (64, 8192, 4), (2, 4096 * 4, 12), (5, 1000, 8)])
