@@ -16,8 +16,8 @@ tokens. Rows:
   `... avx512`: the 2x1 setting with `CT2_FORCE_CPU_ISA=AVX512` (CTranslate2 4.8 dispatches its own kernels to
   AVX2 unless told otherwise; its documented switch).
 CTranslate2 runs in worker processes of its own (children of the benchmark, one per ISA setting, timed from here,
-their CPU time counted as the benchmark's; idle while the others run): a live Translator in the same process slowed torch's generate() by ~25 % on this machine, even
-while idle, which flattered every ratio to Marian. Each repetition runs every system once (A B A B ...),
+their CPU time counted as the benchmark's; idle while the others run): a live Translator in the same process
+slowed torch's generate() by ~25 % on this machine, even while idle, which flattered every ratio to Marian. Each repetition runs every system once (A B A B ...),
 after waiting for other processes to go quiet; disturbed repetitions are redone. Prints a markdown table of medians
 (sentences/s), min–max and ratios to Marian.
 

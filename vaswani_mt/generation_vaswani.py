@@ -241,7 +241,7 @@ class IncrementalDecoder:
         if self.cross_bias is not None:
             self.cross_bias = self.cross_bias[sentences]
         for i, (keys, values) in enumerate(self.cache):
-            kept = (keys.new_empty((self.num_sources, *keys.shape[1:])), values.new_empty((self.num_sources, *values.shape[1:])))
+            kept = tuple(buffer.new_empty((self.num_sources, *buffer.shape[1:])) for buffer in (keys, values))
             kept[0][:, :, :used], kept[1][:, :, :used] = keys[sentences, :, :used], values[sentences, :, :used]
             self.cache[i] = kept
         if self.lineage is not None:
