@@ -284,7 +284,7 @@ class Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
         self.query = parse_qs(url.query)
-        self.status, self.body_read = 500, False
+        self.status, self.body_read, self.method, self.logged = 500, False, method, False
         self.user, self.role, self.bad_token = self._authenticate()
         try:
             for route_method, regex, name in COMPILED:
@@ -304,7 +304,15 @@ class Handler(BaseHTTPRequestHandler):
             traceback.print_exc()
             self._drain()
             self._error(HubError(400, f"fake hub internal error: {type(error).__name__}: {error}"))
-        self.store.log({"method": method, "path": url.path, "status": self.status, "user": self.user})
+        self._log()
+
+    def _log(self) -> None:
+        """Record the request once, before its response leaves: a client that has its answer must find the request
+        in requests.jsonl (logging after the response raced with tests counting a client's requests)."""
+        if not self.logged:
+            self.logged = True
+            self.store.log({"method": self.method, "path": urlsplit(self.path).path, "status": self.status,
+                            "user": self.user})
 
     def _authenticate(self) -> tuple[str | None, str | None, bool]:
         header = self.headers.get("Authorization", "")
@@ -350,6 +358,7 @@ class Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, body: bytes = b"", headers: dict | None = None, content_type="application/json",
               head_only: bool = False, content_length: int | None = None) -> None:
         self.status = status
+        self._log()
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body) if content_length is None else content_length))
