@@ -17,9 +17,9 @@ tokens. Rows:
   AVX2 unless told otherwise; its documented switch).
 CTranslate2 runs in worker processes of its own (children of the benchmark, one per ISA setting, timed from here,
 their CPU time counted as the benchmark's; idle while the others run): a live Translator in the same process
-slowed torch's generate() by ~25 % on this machine, even while idle, which flattered every ratio to Marian. Each repetition runs every system once (A B A B ...),
-after waiting for other processes to go quiet; disturbed repetitions are redone. Prints a markdown table of medians
-(sentences/s), min–max and ratios to Marian.
+slowed torch's generate() by ~25 % on this machine, even while idle, which flattered every ratio to Marian. Each
+repetition runs every system once (A B A B ...), after waiting for other processes to go quiet; disturbed
+repetitions are redone. Prints a markdown table of medians (sentences/s), min–max and ratios to Marian.
 
 Targets of the project (issue): ours beam 4 >= 1.5x Marian; CTranslate2 >= 2.3x Marian (fp32) and >= 2.8x (int8).
 """
