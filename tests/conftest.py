@@ -11,7 +11,15 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# Every device this machine has: tests that take the `device` fixture run once per device, so the same suite proves
+# CUDA when it runs on a GPU machine.
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 MULTI30K_DIR = REPO_ROOT.parent / "shared" / "data" / "multi30k"
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    return torch.device(request.param)
 
 
 @pytest.fixture

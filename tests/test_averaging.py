@@ -226,7 +226,7 @@ def test_averaged_folder_loads_with_from_pretrained(tmp_path):
         torch.manual_seed(step)
         models.append(transformers.MarianMTModel(config))
         models[-1].save_pretrained(tmp_path / f"checkpoint-{step}")
-    average_checkpoints(find_checkpoints(tmp_path), output_dir=tmp_path / "averaged")
+    average_checkpoints([tmp_path / "checkpoint-1", tmp_path / "checkpoint-2"], output_dir=tmp_path / "averaged")
 
     loaded = transformers.MarianMTModel.from_pretrained(tmp_path / "averaged")
     expected = (models[0].model.shared.weight + models[1].model.shared.weight) / 2
@@ -247,3 +247,57 @@ def test_cli_rejects_last_with_explicit_inputs(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--inputs", str(a), "--last", "3", "--output", str(tmp_path / "out")])
     assert "--last only applies to --run-dir" in capsys.readouterr().err
+
+
+# --- one completeness rule with `train --resume` (issue #12) ----------------------------------------------------
+
+
+def _run_with_saves(run, steps, save_steps):
+    for step in steps:
+        folder = _checkpoint(run / f"checkpoint-{step}", _weights(step))
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "save_steps": save_steps}))
+    return run
+
+
+@pytest.mark.parametrize("damage", ["saving marker", "no rng_state.pth", "no training_args.bin", "truncated weights"])
+def test_average_run_dir_skips_an_unfinished_or_half_deleted_checkpoint_naming_why(tmp_path, capsys, damage):
+    run = _run_with_saves(tmp_path / "run", (10, 20, 30), save_steps=10)
+    newest = run / "checkpoint-30"
+    if damage == "saving marker":
+        (newest / ".saving").touch()
+    elif damage == "truncated weights":
+        data = (newest / "model.safetensors").read_bytes()
+        (newest / "model.safetensors").write_bytes(data[: len(data) - 7])
+    else:
+        (newest / damage.split()[1]).unlink()
+    assert [p.name for p in find_checkpoints(run)] == ["checkpoint-10", "checkpoint-20"]
+    assert main(["--run-dir", str(run), "--last", "2", "--output", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert "skipping checkpoint-30" in captured.err
+    assert "checkpoint-10" in captured.out and "checkpoint-20" in captured.out and "checkpoint-30" not in captured.out
+
+
+def test_average_run_dir_takes_the_last_saves_never_an_older_best_checkpoint(tmp_path, capsys):
+    """Rotation keeps the best checkpoint (here step 10) besides the newest ones: it is not one of the last saves."""
+    run = _run_with_saves(tmp_path / "run", (10, 110, 120, 125), save_steps=10)
+    assert main(["--run-dir", str(run), "--last", "3", "--output", str(tmp_path / "out")]) == 0
+    expected = average_checkpoints([run / "checkpoint-110", run / "checkpoint-120", run / "checkpoint-125"])
+    _assert_bitwise_equal(load_file(tmp_path / "out" / "model.safetensors"), expected)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--run-dir", str(run), "--last", "4", "--output", str(tmp_path / "out4")])
+    assert exit_info.value.code == 2
+    assert "only 3 consecutive complete saves" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cut", [0, 5, 40])
+def test_average_names_an_empty_or_truncated_weights_file(tmp_path, capsys, cut):
+    a = _checkpoint(tmp_path / "a", _weights(0))
+    b = _checkpoint(tmp_path / "b", _weights(1))
+    data = (b / "model.safetensors").read_bytes()
+    (b / "model.safetensors").write_bytes(data[:cut])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--inputs", str(a), str(b), "--output", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert str(b / "model.safetensors") in err and ("truncated" in err or "empty" in err)
+    assert "Traceback" not in err

@@ -74,3 +74,57 @@ def test_config_round_trips_through_save_and_auto_config(tmp_path):
     ignore = {"_name_or_path"}
     assert {k: v for k, v in loaded.to_dict().items() if k not in ignore} == {
         k: v for k, v in config.to_dict().items() if k not in ignore}
+
+
+# --- the Python API refuses what it cannot build or save (issue #12) ---------------------------------------------
+
+
+def test_a_field_set_after_construction_is_checked_like_one_given_to_the_constructor():
+    from vaswani_mt import VaswaniForConditionalGeneration
+
+    config = VaswaniConfig.from_preset("tiny")
+    with pytest.raises(ValueError, match="norm_style must be one of"):
+        config.norm_style = "sandwich"
+    with pytest.raises(ValueError, match="d_model must be a positive integer"):
+        config.hidden_size = 0  # through the generic HF name too
+    assert (config.norm_style, config.d_model) == ("post", 32)  # unchanged
+    config.norm_style = "pre"
+    model = VaswaniForConditionalGeneration(config)
+    assert model.model.encoder.layer_norm is not None  # a pre-norm model, as asked
+
+
+def test_a_config_made_inconsistent_after_construction_is_not_saved(tmp_path):
+    config = VaswaniConfig.from_preset("tiny")
+    config.encoder_attention_heads = 5  # fine on its own, not with d_model=32
+    with pytest.raises(ValueError, match="divisible by encoder_attention_heads"):
+        config.save_pretrained(tmp_path)
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_an_unknown_keyword_argument_warns_naming_the_closest_field(caplog):
+    config = VaswaniConfig.from_preset("tiny", d_modle=256)
+    assert config.d_model == 32
+    assert "unknown argument 'd_modle' (did you mean 'd_model'?)" in caplog.text
+
+
+def test_loading_a_saved_config_warns_about_nothing(tmp_path, caplog):
+    VaswaniConfig.from_preset("tiny", norm_style="pre").save_pretrained(tmp_path)
+    AutoConfig.from_pretrained(tmp_path)
+    VaswaniConfig.from_dict(VaswaniConfig.from_preset("tiny").to_dict())
+    assert "unknown argument" not in caplog.text
+
+
+def test_a_run_config_that_is_not_utf8_is_named_with_its_line(tmp_path):
+    from vaswani_mt.run_config import ConfigError, load_run_config
+
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("output_dir: runs/x\n# caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=rf"{re.escape(str(path))}: line 2 is not valid UTF-8 \(byte 0xE9\)"):
+        load_run_config(str(path))
+
+
+def test_max_position_embeddings_below_the_training_max_length_is_a_config_error(tmp_path):
+    from vaswani_mt.run_config import ConfigError, load_run_config
+
+    with pytest.raises(ConfigError, match=r"max_position_embeddings \(128\) is below data.max_length \(256\)"):
+        load_run_config(None, {"data.path": str(tmp_path), "model.preset": "tiny", "data.max_length": 256})

@@ -446,3 +446,13 @@ def test_tokenize_dataset_needs_a_translation_column():
 def test_data_error_is_a_value_error():
     assert issubclass(DataError, ValueError)
     assert data_module.DROP_REASONS == ("empty", "placeholder", "too_long", "length_ratio", "duplicate")
+
+
+def test_a_training_split_emptied_by_the_cleaning_is_named_with_the_count_per_reason(tmp_path):
+    write_corpus(tmp_path, "train", [("", "Leer."), ("@@", "Platzhalter."), ("@@", "Noch einer."),
+                                     (" ".join(["word"] * 30), "Kurz.")])
+    write_corpus(tmp_path, "valid", GOOD_PAIRS)
+    with pytest.raises(DataError) as error:
+        load_parallel(tmp_path, "en", "de", clean=CleaningOptions(max_length=20))
+    assert str(error.value).startswith("split 'train' is empty after cleaning: all 4 pairs were dropped "
+                                       "(empty: 1, placeholder: 2, too_long: 1)")

@@ -154,3 +154,57 @@ def test_an_int8_export_leaves_the_models_own_weights_untouched(trained, tokeniz
     export_ctranslate2(trained, tmp_path / "int8", tokenizer=tokenizer, quantization="int8")
     changed = [name for name, tensor in trained.state_dict().items() if not torch.equal(tensor, before[name])]
     assert changed == []  # CTranslate2 quantizes in place: it must get copies
+
+
+# --- --force never deletes work (issue #12) -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def run_folder(tokenizer, tmp_path):
+    """A run folder with its model folder, as `vaswani-mt train` writes them."""
+    run = tmp_path / "run"
+    model = VaswaniForConditionalGeneration(VaswaniConfig.from_preset("tiny", vocab_size=len(tokenizer)))
+    model.save_pretrained(run / "model")
+    tokenizer.save_pretrained(run / "model")
+    (run / "config.yaml").write_text("output_dir: run\n")
+    (run / "checkpoints").mkdir()
+    return run
+
+
+def _tree(folder):
+    return sorted((str(p.relative_to(folder)), p.stat().st_size) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("target", ["model folder", "run folder", "a folder that is not an export"])
+def test_export_force_never_deletes_the_model_a_run_or_a_folder_that_is_not_an_export(run_folder, tmp_path, capsys,
+                                                                                       target):
+    out = {"model folder": run_folder / "model", "run folder": run_folder,
+           "a folder that is not an export": tmp_path / "notes"}[target]
+    out.mkdir(exist_ok=True)
+    (out / "notes.txt").write_text("mine")
+    before = _tree(tmp_path)
+    assert main([str(run_folder / "model"), str(out), "--force"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "vaswani-mt export: error:" in err
+    assert {"model folder": "is the model folder", "run folder": "holding the model folder",
+            "a folder that is not an export": "is not one"}[target] in err
+    assert _tree(tmp_path) == before
+
+
+def test_export_force_replaces_a_previous_export(run_folder, tmp_path, capsys):
+    out = tmp_path / "ct2"
+    assert main([str(run_folder / "model"), str(out)]) == 0
+    assert main([str(run_folder / "model"), str(out), "--quantization", "int8", "--force"]) == 0
+    assert (out / "model.bin").is_file() and (out / "tokenizer.json").is_file()
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "deleted"])
+def test_export_names_a_broken_weights_file(run_folder, tmp_path, capsys, damage):
+    weights = run_folder / "model" / "model.safetensors"
+    if damage == "deleted":
+        weights.unlink()
+    else:
+        weights.write_bytes(b"" if damage == "empty" else weights.read_bytes()[:1000])
+    assert main([str(run_folder / "model"), str(tmp_path / "ct2")]) == 1
+    err = capsys.readouterr().err
+    assert "model.safetensors" in err and err.count("\n") == 1 and "Traceback" not in err

@@ -170,7 +170,8 @@ def client_env(hub, home: Path, token: str | None = ALICE) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_"))}
     home.mkdir(parents=True, exist_ok=True)
     env.update(HF_ENDPOINT=hub.url, HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_TELEMETRY="1", HF_HOME=str(home),
-               TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT))
+               TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     if token is not None:
         env["HF_TOKEN"] = token
     return env
@@ -285,7 +286,7 @@ def test_the_cards_fine_tuning_code_lowers_the_loss_and_the_saved_model_loads_ag
         from transformers import pipeline
 
         def hashes(m):
-            return {{n: hashlib.sha256(t.detach().contiguous().numpy().tobytes()).hexdigest()
+            return {{n: hashlib.sha256(t.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
                     for n, t in m.state_dict().items()}}
 
         original = AutoModelForSeq2SeqLM.from_pretrained({json.dumps(REPO)}, trust_remote_code=True).eval()
@@ -488,6 +489,23 @@ def test_hub_refusals_after_the_checks_become_one_line_errors():
     with pytest.raises(PushError, match="refused the token: log in with `hf auth login`"):
         with _hub_errors("bob/x", "http://127.0.0.1:1"):
             raise refusal(401, "Invalid credentials in Authorization header")
+
+
+def test_push_without_network_is_one_line_not_an_http_client_traceback(tmp_path_factory):
+    """The token check is the first request; a Hub that cannot be reached (here a closed port) must not surface as the
+    HTTP client's ConnectError traceback."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    root = tmp_path_factory.mktemp("offline")
+    tokenizer = make_tokenizer()
+    run_dir = make_run_folder(root, tiny_model(tokenizer), tokenizer)
+    result = push_cli(SimpleNamespace(url=closed), root, run_dir, "alice/offline")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"vaswani-mt push: error: cannot reach the Hub at {closed}: ")
 
 
 # --- the model card ---------------------------------------------------------------------------------------------------

@@ -192,3 +192,17 @@ def test_source_of_only_eos_works_and_an_all_padding_source_is_a_clear_error(mak
 
 def test_generation_config_is_a_plain_generation_config(make_tiny_model):
     assert isinstance(make_tiny_model().generation_config, GenerationConfig)
+
+
+def test_generate_refuses_an_empty_batch_naming_it(make_tiny_model):
+    with pytest.raises(ValueError, match=r"batch of token ids .* shape \(0, 5\)"):
+        make_tiny_model().generate(input_ids=torch.zeros(0, 5, dtype=torch.long))
+
+
+def test_generate_refuses_token_ids_outside_the_vocabulary_naming_the_id(make_tiny_model):
+    model = make_tiny_model()
+    too_large = torch.tensor([[5, model.config.vocab_size + 3, 3]])
+    with pytest.raises(ValueError, match=f"token id {model.config.vocab_size + 3}, outside the model's vocabulary"):
+        model.generate(input_ids=too_large)
+    with pytest.raises(ValueError, match="token id -1"):
+        model.generate(input_ids=torch.tensor([[5, -1, 3]]))

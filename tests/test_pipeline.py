@@ -28,20 +28,22 @@ def registered():
 
 
 def generate_and_decode(model, tokenizer, texts, **generate_kwargs):
-    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    batch = tokenizer(texts, return_tensors="pt", padding=True).to(model.device)
     with torch.no_grad():
         output = model.generate(**batch, **generate_kwargs)
     return tokenizer.batch_decode(output, skip_special_tokens=True)
 
 
-def test_translation_task_with_a_model_object_gives_generate_output_with_the_papers_defaults(model, tokenizer):
-    pipe = pipeline("translation", model=model, tokenizer=tokenizer)
+def test_translation_task_with_a_model_object_gives_generate_output_with_the_papers_defaults(model, tokenizer,
+                                                                                           device):
+    model.to(device)
+    pipe = pipeline("translation", model=model, tokenizer=tokenizer, device=device)
     assert isinstance(pipe, TranslationPipeline)
     text = SENTENCES[0]
     # The model's defaults: beam 4, length penalty 0.6, source length + 50 new tokens. Nothing added by the pipeline.
     expected = generate_and_decode(model, tokenizer, [text])
     assert pipe(text) == [{"translation_text": expected[0]}]
-    generated = model.generate(**tokenizer([text], return_tensors="pt"))
+    generated = model.generate(**tokenizer([text], return_tensors="pt").to(device))
     assert generated.shape[1] - 1 <= len(tokenizer(text).input_ids) + 50
 
 
@@ -84,17 +86,18 @@ def test_empty_strings_translate_to_empty_strings_without_calling_the_model(mode
     assert calls == [1]  # one generate() call with only the non-empty sentence
 
 
-def test_an_over_long_source_is_truncated_to_max_positions_with_a_warning(model, tokenizer, caplog):
+def test_an_over_long_source_is_truncated_to_max_positions_with_a_warning(model, tokenizer, caplog, device):
+    model.to(device)
     limit = model.config.max_position_embeddings
     text = " ".join(["dog"] * (limit + 20))
     assert len(tokenizer(text).input_ids) > limit
-    pipe = pipeline("translation", model=model, tokenizer=tokenizer, num_beams=1, max_new_tokens=4)
+    pipe = pipeline("translation", model=model, tokenizer=tokenizer, device=device, num_beams=1, max_new_tokens=4)
     with caplog.at_level(logging.WARNING, logger="vaswani_mt.pipeline_vaswani"):
         out = pipe(text)
     assert any("truncated" in r.getMessage() and str(limit) in r.getMessage() for r in caplog.records)
     truncated = tokenizer(text, truncation=True, max_length=limit, return_tensors="pt")
     assert truncated.input_ids.shape[1] == limit and truncated.input_ids[0, -1] == tokenizer.eos_token_id
-    expected = tokenizer.batch_decode(model.generate(**truncated, num_beams=1, max_new_tokens=4),
+    expected = tokenizer.batch_decode(model.generate(**truncated.to(device), num_beams=1, max_new_tokens=4),
                                       skip_special_tokens=True)
     assert out == [{"translation_text": expected[0]}]
     with pytest.raises(ValueError, match="max_position_embeddings"):

@@ -73,3 +73,13 @@ def test_missing_matplotlib_gives_install_hint(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", import_without_matplotlib)
     with pytest.raises(ImportError, match=r'pip install "vaswani-mt\[plot\]"'):
         plotting.plot_schedule([(512, 4000)], tmp_path / "noam.png")
+
+
+@pytest.mark.parametrize("option", [["--pair", "512:0"], ["--pair", "0:4000"], ["--steps", "0"], ["--factor", "-1"]])
+def test_plot_schedule_refuses_zero_and_negative_values_in_one_line(tmp_path, capsys, option):
+    with pytest.raises(SystemExit) as exit_info:
+        plotting.main_schedule([*option, "--out", str(tmp_path / "s.png")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "must be positive" in err or "two positive integers" in err
+    assert "Traceback" not in err and not (tmp_path / "s.png").exists()

@@ -1,6 +1,7 @@
 """`vaswani-mt train`: config errors before any work, resumable after SIGKILL, checkpoints never half-complete."""
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -21,18 +22,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def small_corpus(tmp_path_factory, multi30k_dir) -> Path:
-    """300 training and 16 validation pairs of Multi30k in a {split}.{lang} folder."""
+    """300 training, 16 validation and 16 test pairs of Multi30k in a {split}.{lang} folder."""
     folder = tmp_path_factory.mktemp("corpus")
-    for split, source, count in (("train", "train", 300), ("valid", "valid", 16)):
+    for split, source, count in (("train", "train", 300), ("valid", "valid", 16), ("test", "test2016", 16)):
         for lang in ("en", "de"):
             lines = (multi30k_dir / f"{source}.{lang}").read_text(encoding="utf-8").splitlines()[:count]
             (folder / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return folder
 
 
-def tiny_config(tmp_path: Path, corpus: Path, **training) -> Path:
+def tiny_config(tmp_path: Path, corpus: Path, test_split: str | None = None, **training) -> Path:
     config = {
-        "data": {"path": str(corpus), "source_lang": "en", "target_lang": "de", "test_split": None,
+        "data": {"path": str(corpus), "source_lang": "en", "target_lang": "de", "test_split": test_split,
                  "max_length": 64},
         "tokenizer": {"vocab_size": 400},
         "model": {"preset": "tiny", "config": {"max_position_embeddings": 128}},
@@ -144,8 +145,9 @@ def test_resume_skips_a_checkpoint_whose_save_did_not_finish(tmp_path, small_cor
     assert run_train("--config", str(config)).returncode == 0
     checkpoints = tmp_path / "run" / "checkpoints"
     assert [p.name for p in complete_checkpoints(checkpoints)] == ["checkpoint-4", "checkpoint-8"]
-    # A save killed half-way: the folder exists, with the marker still in it.
+    # A save killed half-way: the folder exists, with the marker still in it (and the run never got to metrics.json).
     (checkpoints / "checkpoint-8" / SAVING_MARKER).touch()
+    (tmp_path / "run" / "metrics.json").unlink()
     assert not is_complete_checkpoint(checkpoints / "checkpoint-8")
     result = run_train("--config", str(config), "--resume")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -158,7 +160,9 @@ def test_resume_skips_a_checkpoint_whose_save_did_not_finish(tmp_path, small_cor
 
 def test_the_train_command_runs_under_torchrun_with_two_processes(tmp_path, small_corpus):
     config = tiny_config(tmp_path, small_corpus, max_steps=4, eval_steps=4, average_last=0)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    # two CPU processes (gloo), also on a machine with one GPU, which two processes cannot share under NCCL
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
+           "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
          "-m", "vaswani_mt.train", "--config", str(config)],
@@ -170,3 +174,198 @@ def test_the_train_command_runs_under_torchrun_with_two_processes(tmp_path, smal
     assert metrics["training"]["steps"] == 4
     assert (tmp_path / "run" / "model" / "model.safetensors").exists()
     assert is_complete_checkpoint(tmp_path / "run" / "checkpoints" / "checkpoint-4")
+
+
+# -- nothing a user types destroys work (issue #12) -------------------------------------------------------------------
+
+KILL_AT = REPO / "tests" / "trainer_helpers" / "kill_at.py"
+# Saves every 2 updates; 2 checkpoints kept besides the best one (the first: BLEU stays 0 on this tiny run), so the
+# save of update 8 is the first to delete one (checkpoint-4); the last 2 saves are averaged.
+FAULT_RUN = dict(max_steps=12, eval_steps=2, keep_checkpoints=2, average_last=2)
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory, small_corpus) -> Path:
+    """An uninterrupted run (with test scoring) that the interrupted ones must end up equal to."""
+    folder = tmp_path_factory.mktemp("reference")
+    result = run_train("--config", str(tiny_config(folder, small_corpus, test_split="test", **FAULT_RUN)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder / "run"
+
+
+@pytest.fixture
+def restore_logging():
+    """`train.main` in-process configures the root logger (train.log): put it back afterwards."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    root.handlers[:], root.level = handlers, level
+
+
+def _files(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))}
+
+
+def _same_bits(a: Path, b: Path) -> bool:
+    return a.read_bytes() == b.read_bytes()
+
+
+def _copy_run(run: Path, destination: Path) -> Path:
+    """A copy of `run` whose config.yaml names the copy as its output_dir (so that --resume accepts it)."""
+    import shutil
+
+    shutil.copytree(run, destination)
+    config = yaml.safe_load((destination / "config.yaml").read_text())
+    config["output_dir"] = str(destination)
+    (destination / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return destination
+
+
+def test_the_last_saves_are_averaged_not_an_older_best_checkpoint(reference_run):
+    checkpoints = sorted(p.name for p in (reference_run / "checkpoints").iterdir())
+    assert checkpoints == ["checkpoint-10", "checkpoint-12", "checkpoint-2"]  # the best one is kept as well
+    selection = json.loads((reference_run / "metrics.json").read_text())["selection"]
+    assert selection["best_checkpoint"].endswith("checkpoint-2")
+    assert selection["averaged_checkpoints"] == ["checkpoint-10", "checkpoint-12"]
+    assert "averaging the last 2 saves: checkpoint-10, checkpoint-12" in (reference_run / "train.log").read_text()
+
+
+def test_resume_of_a_finished_run_has_nothing_to_do_and_touches_nothing(reference_run, capsys):
+    before = _files(reference_run)
+    assert train_main(["--config", str(reference_run.parent / "config.yaml"), "--resume"]) == 0
+    assert "is a finished run (it has metrics.json): nothing to do" in capsys.readouterr().err
+    assert _files(reference_run) == before
+
+
+def test_resume_after_a_kill_during_averaging_or_test_scoring_ends_with_the_uninterrupted_model(reference_run,
+                                                                                                tmp_path):
+    """What a kill after training leaves: every checkpoint, a half-written average, no model/ and no metrics.json."""
+    run = _copy_run(reference_run, tmp_path / "run")
+    for name in ("metrics.json", "test.hyp", "log_history.json"):
+        (run / name).unlink()
+    for name in ("model", "plots"):
+        import shutil
+
+        shutil.rmtree(run / name)
+    averaged = run / "averaged" / "model.safetensors"
+    averaged.write_bytes(averaged.read_bytes()[:100])
+    checkpoints = _files(run / "checkpoints")
+
+    result = run_train("--config", str(reference_run.parent / "config.yaml"), "--output-dir", str(run), "--resume")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "training ended there (step 12)" in result.stderr
+    assert _files(run / "checkpoints") == checkpoints  # no step past max_steps, no checkpoint deleted
+    for name in ("model/model.safetensors", "averaged/model.safetensors", "test.hyp"):
+        assert _same_bits(run / name, reference_run / name), name
+    metrics, expected = (json.loads((folder / "metrics.json").read_text()) for folder in (run, reference_run))
+    assert metrics["training"]["steps"] == 12 and metrics["test"]["bleu"] == expected["test"]["bleu"]
+    assert metrics["selection"]["averaged_checkpoints"] == expected["selection"]["averaged_checkpoints"]
+
+
+@pytest.mark.parametrize("point", [
+    "delete-half",
+    pytest.param("save-begun", marks=pytest.mark.slow),
+    pytest.param("save-weights", marks=pytest.mark.slow),
+    pytest.param("save-written", marks=pytest.mark.slow),
+    pytest.param("delete-renamed", marks=pytest.mark.slow),
+    pytest.param("delete-in-place", marks=pytest.mark.slow),
+])
+def test_a_kill_inside_saving_or_deleting_a_checkpoint_resumes_to_the_uninterrupted_weights(reference_run, tmp_path,
+                                                                                          small_corpus, point):
+    """SIGKILL at `point` (tests/trainer_helpers/kill_at.py) during the save of update 8, or during the deletion of
+    checkpoint-4 that this save triggers; then `--resume`: the final weights are bitwise the reference run's."""
+    config = tiny_config(tmp_path, small_corpus, test_split="test", **FAULT_RUN)
+    killed = subprocess.run([sys.executable, str(KILL_AT), point, "8", "--", "--config", str(config)],
+                            capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=REPO,
+                            timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert not (tmp_path / "run" / "checkpoints" / "checkpoint-10").exists()
+
+    result = run_train("--config", str(config), "--resume")
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "run"
+    for name in ("checkpoints/checkpoint-12/model.safetensors", "model/model.safetensors", "test.hyp"):
+        assert _same_bits(run / name, reference_run / name), name
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["checkpoint-10", "checkpoint-12",
+                                                                        "checkpoint-2"]
+
+
+@pytest.mark.parametrize("damage", ["rng_state.pth", "training_args.bin", "optimizer.pt", "trainer_state.json",
+                                    "model.safetensors", SAVING_MARKER])
+def test_a_checkpoint_missing_a_file_it_must_have_does_not_count_and_resume_removes_it(reference_run, tmp_path,
+                                                                                       damage):
+    """The one completeness rule (vaswani_mt.files.checkpoint_problem): `--resume`, averaging at the end of training
+    and `vaswani-mt average --run-dir` all read it."""
+    from vaswani_mt.averaging import find_checkpoints
+    from vaswani_mt.files import remove_incomplete_checkpoints
+
+    checkpoints = _copy_run(reference_run, tmp_path / "run") / "checkpoints"
+    damaged = checkpoints / "checkpoint-10"
+    if damage == SAVING_MARKER:
+        (damaged / damage).touch()
+    elif damage == "model.safetensors":
+        (damaged / damage).write_bytes((damaged / damage).read_bytes()[:500])  # a write cut short
+    else:
+        (damaged / damage).unlink()
+    assert not is_complete_checkpoint(damaged)
+    assert [p.name for p in complete_checkpoints(checkpoints)] == ["checkpoint-2", "checkpoint-12"]
+    assert find_checkpoints(checkpoints) == complete_checkpoints(checkpoints)
+    (checkpoints / "deleting-checkpoint-4").mkdir()  # a deletion that a kill stopped
+    removed = remove_incomplete_checkpoints(checkpoints)
+    assert [line.split(":")[0] for line in removed] == [str(damaged), str(checkpoints / "deleting-checkpoint-4")]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint-12", "checkpoint-2"]
+
+
+def _corpus_with(tmp_path: Path, small_corpus: Path, **files: str) -> Path:
+    import shutil
+
+    folder = tmp_path / "corpus"
+    shutil.copytree(small_corpus, folder)
+    for name, text in files.items():
+        (folder / name.replace("_", ".")).write_text(text, encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("files,message", [
+    ({"train_en": "@@\n...\n", "train_de": "@@\nEin Hund.\n"},
+     "split 'train' is empty after cleaning: all 2 pairs were dropped (placeholder: 2)"),
+    ({"train_de": "Ein Hund.\n"}, "train.en has 300 lines but train.de has 1"),
+])
+def test_bad_data_is_one_line_and_leaves_no_run_folder_so_the_retry_is_not_refused(tmp_path, small_corpus, capsys,
+                                                                                    files, message):
+    config = tiny_config(tmp_path, _corpus_with(tmp_path, small_corpus, **files))
+    assert train_main(["--config", str(config)]) == 2
+    err = capsys.readouterr().err  # the lines before the error are datasets' progress bars
+    assert err.splitlines()[-1].startswith("vaswani-mt train: error: ") and message in err.splitlines()[-1], err
+    assert "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_full_disk_while_saving_a_checkpoint_is_one_line_naming_it(tmp_path, small_corpus, capsys, monkeypatch,
+                                                                     restore_logging):
+    import errno
+
+    import torch
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)  # what the Trainer writes the optimizer state with
+    config = tiny_config(tmp_path, small_corpus, max_steps=2, eval_steps=2)
+    assert train_main(["--config", str(config)]) == 1
+    checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint-2"
+    assert capsys.readouterr().err.endswith(f"vaswani-mt train: error: no space left on device: {checkpoint}\n")
+    assert not is_complete_checkpoint(checkpoint)
+
+
+def test_training_torch_compile_reaches_the_trainers_arguments(tmp_path, small_corpus):
+    from vaswani_mt.train import _training_arguments
+
+    config = load_run_config(str(tiny_config(tmp_path, small_corpus)),
+                             parse_overrides(["--training.torch_compile", "true"]))
+    assert _training_arguments(config, tmp_path).torch_compile is True
+    assert _training_arguments(load_run_config(str(tiny_config(tmp_path, small_corpus))), tmp_path).torch_compile is False

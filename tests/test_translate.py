@@ -148,3 +148,105 @@ def test_a_progress_bar_is_shown_when_stderr_is_a_terminal(model_dir, tmp_path, 
     assert main([str(model_dir), "--input", str(source), "--output", str(tmp_path / "out.txt"), "--num-beams", "1",
                  "--max-new-tokens", "2"]) == 0
     assert "translating" in terminal.getvalue() and "3/3" in terminal.getvalue()
+
+
+# --- faults (issue #12): one clear line, and nothing a user typed destroys a file ----------------------------------
+
+
+def test_translate_refuses_to_overwrite_its_input(model_dir, tmp_path, capsys, monkeypatch):
+    source = tmp_path / "in.txt"
+    source.write_text("a dog .\nthe cat .\n", encoding="utf-8")
+    link = tmp_path / "same-inode.txt"
+    os.link(source, link)
+    for output in (source, tmp_path / "." / "in.txt", link):
+        assert main([str(model_dir), "-i", str(source), "-o", str(output)]) == 1
+        assert "is the same file as --input" in capsys.readouterr().err
+    with open(source, encoding="utf-8") as stdin:  # vaswani-mt translate MODEL -o in.txt < in.txt
+        monkeypatch.setattr(sys, "stdin", stdin)
+        assert main([str(model_dir), "-o", str(source)]) == 1
+    assert "is the same file as stdin" in capsys.readouterr().err
+    assert source.read_text(encoding="utf-8") == "a dog .\nthe cat .\n"
+
+
+def test_translate_refuses_to_overwrite_its_reference_or_a_file_of_the_model(model_dir, tmp_path, capsys):
+    source, reference = tmp_path / "in.txt", tmp_path / "ref.txt"
+    source.write_text("a dog .\n", encoding="utf-8")
+    reference.write_text("ein hund .\n", encoding="utf-8")
+    assert main([str(model_dir), "-i", str(source), "-r", str(reference), "-o", str(reference)]) == 1
+    assert "is the same file as --reference" in capsys.readouterr().err
+    assert reference.read_text(encoding="utf-8") == "ein hund .\n"
+    config = (model_dir / "config.json").read_bytes()
+    assert main([str(model_dir), "-i", str(source), "-o", str(model_dir / "config.json")]) == 1
+    assert "is a file of the model folder" in capsys.readouterr().err
+    assert (model_dir / "config.json").read_bytes() == config
+
+
+def test_max_new_tokens_beyond_the_models_positions_is_clamped_with_one_warning(model, tokenizer, tmp_path, caplog):
+    limit = model.config.max_position_embeddings
+    out = list(translate_lines(model, tokenizer, SENTENCES[:3], num_beams=1, max_new_tokens=limit + 172,
+                               suppress_tokens=[tokenizer.eos_token_id], sort_window=1))  # no early end
+    assert len(out) == 3
+    warnings = [r.getMessage() for r in caplog.records if "max_new_tokens" in r.getMessage()]
+    assert warnings == [f"max_new_tokens {limit + 172} is more than the model can hold "
+                        f"(max_position_embeddings={limit}): translations stop at {limit} tokens"]
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "deleted"])
+def test_a_model_folder_with_broken_weights_is_named_not_a_library_traceback(model_dir, tmp_path, capsys, damage):
+    weights = model_dir / "model.safetensors"
+    if damage == "deleted":
+        weights.unlink()
+    else:
+        weights.write_bytes(b"" if damage == "empty" else weights.read_bytes()[:1000])
+    assert main([str(model_dir), "--input", os.devnull]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert ("model.safetensors" in err) and ({"empty": "is empty", "truncated": "is truncated",
+                                               "deleted": "no model weights"}[damage] in err)
+
+
+@pytest.mark.parametrize("device", ["nonsense", "cuda:7"])
+def test_an_unusable_device_is_refused_in_one_line(model_dir, capsys, device):
+    if device.startswith("cuda") and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    assert main([str(model_dir), "--input", os.devnull, "--device", device]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"vaswani-mt translate: error: device {device!r} cannot be used") and err.count("\n") == 1
+
+
+def test_a_full_disk_is_reported_with_the_output_file(model_dir, tmp_path, capsys, monkeypatch):
+    import errno
+
+    from vaswani_mt import translate
+
+    class FullDisk(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fake_open(path, mode="r", *args, **kwargs):
+        return FullDisk() if "w" in mode else open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(translate, "open", fake_open, raising=False)
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("a dog .\n", encoding="utf-8")
+    assert main([str(model_dir), "-i", str(source), "-o", str(output), "--num-beams", "1",
+                 "--max-new-tokens", "2"]) == 1
+    assert capsys.readouterr().err.endswith(f"\nvaswani-mt translate: error: no space left on device: {output}\n")
+
+
+def test_translate_stops_quietly_when_the_reader_of_its_output_goes_away(model_dir, tmp_path):
+    """`vaswani-mt translate MODEL < big.txt | head -1`: exit status 141 (SIGPIPE's, as Unix tools), no traceback."""
+    import subprocess
+
+    source = tmp_path / "in.txt"
+    source.write_text("a dog .\n" * 3000, encoding="utf-8")
+    with open(source, "rb") as stdin:
+        process = subprocess.Popen([sys.executable, "-m", "vaswani_mt.cli", "translate", str(model_dir),
+                                    "--num-beams", "1", "--max-new-tokens", "3"], stdin=stdin,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+        process.stdout.readline()
+        process.stdout.close()  # what `head -1` does after its line
+        stderr = process.stderr.read().decode()
+        assert process.wait(timeout=120) == 141
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr

@@ -25,12 +25,9 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
 import os
-import re
 import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,9 +35,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 
-WEIGHTS_NAME = "model.safetensors"
-WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
-_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
+from .files import (WEIGHTS_INDEX_NAME, WEIGHTS_NAME, checkpoint_folders, checkpoint_problem, complete_checkpoints,
+                    last_saves, safetensors_problem, weight_files, write_atomically)
 
 # Files of a Trainer checkpoint that are NOT copied into the averaged model folder: the weights
 # themselves (replaced by the average) and the resumable training state of the last checkpoint.
@@ -59,72 +55,33 @@ _NOT_COPIED = (
 )
 
 
-def _weight_files(checkpoint: Path) -> list[Path]:
-    """The safetensors file(s) holding a checkpoint's weights (a folder or a single file)."""
-    if checkpoint.is_file():
-        if checkpoint.suffix != ".safetensors":
-            raise ValueError(f"{checkpoint} is not a .safetensors file (pickled weights are not read)")
-        return [checkpoint]
-    if not checkpoint.is_dir():
-        raise FileNotFoundError(f"checkpoint {checkpoint} does not exist")
-    single = checkpoint / WEIGHTS_NAME
-    if single.is_file():
-        return [single]
-    index = checkpoint / WEIGHTS_INDEX_NAME
-    if index.is_file():
-        try:
-            shard_names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, AttributeError) as error:
-            raise ValueError(f"{index} is not a valid safetensors index (needs a 'weight_map')") from error
-        shards = [checkpoint / name for name in shard_names]
-        missing = [str(shard) for shard in shards if not shard.is_file()]
-        if missing:
-            raise FileNotFoundError(f"{index} lists shards that do not exist: {', '.join(missing)}")
-        return shards
-    raise FileNotFoundError(
-        f"{checkpoint} has neither {WEIGHTS_NAME} nor {WEIGHTS_INDEX_NAME} "
-        "(only safetensors checkpoints can be averaged)"
-    )
-
-
 def _load_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    """The weights of a checkpoint; a file that is not whole safetensors is named (ValueError), not left to fail
+    inside safetensors without its name."""
     tensors: dict[str, torch.Tensor] = {}
-    for file in _weight_files(checkpoint):
+    for file in weight_files(checkpoint):
+        problem = safetensors_problem(file)
+        if problem is not None:
+            raise ValueError(problem)
         tensors.update(load_file(file))
     return tensors
 
 
 def _load_metadata(checkpoint: Path) -> dict[str, str]:
-    with safe_open(_weight_files(checkpoint)[0], framework="pt") as f:
+    with safe_open(weight_files(checkpoint)[0], framework="pt") as f:
         metadata = dict(f.metadata() or {})
     # transformers' from_pretrained checks this entry to know the file was written from torch.
     metadata.setdefault("format", "pt")
     return metadata
 
 
-def _is_complete(checkpoint: Path) -> bool:
-    try:
-        _weight_files(checkpoint)
-    except (FileNotFoundError, ValueError):
-        return False
-    return True
-
-
 def find_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
-    """``checkpoint-<step>`` folders of a Trainer run that hold weights, in increasing step order.
-
-    Steps sort numerically (checkpoint-900 before checkpoint-1000). Folders still being written
-    (no weights yet, or a shard index whose shards are missing) are skipped.
-    """
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
+    """Complete ``checkpoint-<step>`` folders of a Trainer run, in increasing step order (checkpoint-900 before
+    checkpoint-1000). Complete is the rule `vaswani-mt train --resume` uses (`vaswani_mt.files.checkpoint_problem`):
+    a folder still being written, or half-deleted, is skipped."""
+    if not Path(run_dir).is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
-    found: list[tuple[int, Path]] = []
-    for child in run_dir.iterdir():
-        match = _CHECKPOINT_DIR.match(child.name)
-        if match and child.is_dir() and _is_complete(child):
-            found.append((int(match.group(1)), child))
-    return [path for _, path in sorted(found)]
+    return complete_checkpoints(run_dir)
 
 
 def _check_compatible(
@@ -203,7 +160,7 @@ def average_checkpoints(
         output_dir.mkdir(parents=True, exist_ok=True)
         if checkpoints[-1].is_dir():
             _copy_non_weight_files(checkpoints[-1], output_dir)
-        _write_atomically(save(averaged, metadata=metadata), output_dir / WEIGHTS_NAME)
+        write_atomically(save(averaged, metadata=metadata), output_dir / WEIGHTS_NAME)
     return averaged
 
 
@@ -211,39 +168,6 @@ def _copy_non_weight_files(source: Path, destination: Path) -> None:
     for item in sorted(source.iterdir()):
         if item.is_file() and not any(fnmatch.fnmatch(item.name, pattern) for pattern in _NOT_COPIED):
             shutil.copy2(item, destination / item.name)
-
-
-def _write_atomically(data: bytes, target: Path) -> None:
-    """Write ``data`` to ``target`` so that readers see either the old file or the whole new one.
-
-    A temporary file in the same directory (same filesystem, so ``os.replace`` is an atomic
-    rename) is written and fsynced first; on any error it is removed and ``target`` is untouched.
-    """
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as tmp:
-            tmp.write(data)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    _fsync_directory(target.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Persist the rename itself (POSIX); not possible on every platform, hence best effort."""
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -267,6 +191,28 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _last_checkpoints(parser: argparse.ArgumentParser, run_dir: str, count: int) -> list[Path]:
+    """The last `count` saves of a run (`vaswani_mt.files.last_saves`); incomplete folders are named on stderr, and
+    too few consecutive saves is an error that lists what there is."""
+    if not Path(run_dir).is_dir():
+        parser.error(f"run directory {run_dir} does not exist")
+    for _, folder in checkpoint_folders(run_dir):
+        problem = checkpoint_problem(folder)
+        if problem is not None:
+            print(f"vaswani-mt average: skipping {folder.name}: {problem}", file=sys.stderr)
+    chosen = last_saves(run_dir, count)
+    if not chosen:
+        parser.error(f"no complete checkpoint-<step> folders found in {run_dir}")
+    if len(chosen) < count:
+        available = complete_checkpoints(run_dir)
+        parser.error(
+            f"asked for the last {count} checkpoints but {run_dir} has only {len(chosen)} consecutive complete "
+            f"saves ({', '.join(path.name for path in chosen)}; complete: "
+            f"{', '.join(path.name for path in available)})"
+        )
+    return chosen
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (argparse exits with 2 on bad usage)."""
     parser = _build_parser()
@@ -279,18 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.last = 5  # §6.1: base models average the last 5 checkpoints
         if args.last < 1:
             parser.error(f"--last must be >= 1, got {args.last}")
-        try:
-            available = find_checkpoints(args.run_dir)
-        except FileNotFoundError as error:
-            parser.error(str(error))
-        if not available:
-            parser.error(f"no complete checkpoint-<step> folders (with {WEIGHTS_NAME}) found in {args.run_dir}")
-        if len(available) < args.last:
-            parser.error(
-                f"asked for the last {args.last} checkpoints but {args.run_dir} has only {len(available)}: "
-                + ", ".join(path.name for path in available)
-            )
-        inputs = available[-args.last :]
+        inputs = _last_checkpoints(parser, args.run_dir, args.last)
     else:
         inputs = [Path(p) for p in args.inputs]
 

@@ -2,6 +2,8 @@
 only when used, so `vaswani-mt --help` stays instant."""
 
 import importlib
+import os
+import signal
 import sys
 
 # sub-command -> (module, function taking argv and returning an exit code, one-line help)
@@ -34,7 +36,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module_name, function_name, _ = COMMANDS[name]
     command = getattr(importlib.import_module(module_name), function_name)
-    return int(command(rest) or 0)
+    try:
+        return int(command(rest) or 0)
+    except BrokenPipeError:
+        return _reader_went_away()
+
+
+def _reader_went_away() -> int:
+    """The program reading our output closed it (`vaswani-mt translate ... | head -1`): stop quietly with the exit
+    status of a Unix tool stopped by SIGPIPE (141), instead of a traceback. Standard output is pointed at /dev/null
+    so that Python's final flush of it cannot fail again at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

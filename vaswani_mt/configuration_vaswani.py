@@ -1,9 +1,13 @@
 """Configuration of the Vaswani et al. (2017) Transformer, "Attention Is All You Need"."""
 
-
+import dataclasses
+import difflib
+import logging
 from typing import ClassVar
 
-from transformers import PreTrainedConfig
+from transformers import GenerationConfig, PreTrainedConfig
+
+logger = logging.getLogger(__name__)
 
 
 # Table 3 of the paper, plus two smaller shapes for CPU work. Only the shape lives here: the vocabulary
@@ -32,6 +36,38 @@ PRESETS: dict[str, dict] = {
 }
 
 NORM_STYLES = ("post", "pre")
+_POSITIVE_INTS = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+                  "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings")
+_PROBABILITIES = ("dropout", "attention_dropout", "activation_dropout")
+# Keyword arguments that are not fields but that transformers itself passes or writes into config.json.
+_PASSED_BY_TRANSFORMERS = {"model_type", "auto_map", "custom_pipelines", "name_or_path", "output_attentions",
+                           "attn_implementation", "experts_implementation", "torch_dtype", "num_labels",
+                           "per_layer_config"}
+
+
+def _check_field(name: str, value) -> None:
+    """Raise `ValueError` naming the field and its rule when `value` is invalid for `name` on its own (rules that
+    involve two fields are in `VaswaniConfig.validate_fields`)."""
+    if name in _POSITIVE_INTS:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"VaswaniConfig.{name} must be a positive integer, got {value!r}")
+    elif name in _PROBABILITIES:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            raise ValueError(f"VaswaniConfig.{name} must be a number in [0, 1), got {value!r}")
+    elif name == "norm_style":
+        if value not in NORM_STYLES:
+            raise ValueError(f"VaswaniConfig.norm_style must be one of {NORM_STYLES}, got {value!r}")
+    elif name == "layer_norm_eps":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"VaswaniConfig.layer_norm_eps must be a positive number, got {value!r}")
+    elif name == "activation_function":
+        from transformers.activations import ACT2FN
+
+        if value not in ACT2FN:
+            raise ValueError(
+                f"VaswaniConfig.activation_function {value!r} is unknown; "
+                f"choose one of transformers.activations.ACT2FN, e.g. 'relu' (§3.3), 'gelu', 'swish'"
+            )
 
 
 class VaswaniConfig(PreTrainedConfig):
@@ -129,16 +165,38 @@ class VaswaniConfig(PreTrainedConfig):
     is_encoder_decoder: bool = True
 
     def __post_init__(self, **kwargs):
+        self._warn_about_unknown_arguments(kwargs)
         super().__post_init__(**kwargs)
         self.validate_fields()
 
+    def __setattr__(self, name, value) -> None:
+        """Check a field on assignment as on construction: `config.norm_style = "sandwich"` after construction used to
+        build a silently post-norm model and save a folder that could not be loaded back."""
+        _check_field(type(self).attribute_map.get(name, name), value)
+        super().__setattr__(name, value)
+
+    def validate(self) -> None:
+        """transformers' validation (run by `save_pretrained`) and ours, including the rules between fields, so that no
+        config that would fail to load is ever written."""
+        super().validate()
+        self.validate_fields()
+
+    @classmethod
+    def _warn_about_unknown_arguments(cls, kwargs: dict) -> None:
+        """Like transformers' configs, keep unknown keyword arguments as attributes (config.json files may carry keys
+        of other tools), but say so: a typo such as `d_modle=256` would otherwise silently build the default shape."""
+        fields = [field.name for field in dataclasses.fields(cls)]
+        known = set(fields) | set(cls.attribute_map) | _PASSED_BY_TRANSFORMERS | set(GenerationConfig().to_dict())
+        for key in kwargs:
+            if key not in known and not key.startswith("_"):
+                close = difflib.get_close_matches(key, fields, n=1)
+                logger.warning("VaswaniConfig: unknown argument %r%s; it is kept as an attribute, but the model does "
+                               "not use it", key, f" (did you mean {close[0]!r}?)" if close else "")
+
     def validate_fields(self) -> None:
         """Raise `ValueError` naming the field and the rule for any invalid value."""
-        for name in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
-                     "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"VaswaniConfig.{name} must be a positive integer, got {value!r}")
+        for name in (*_POSITIVE_INTS, *_PROBABILITIES, "norm_style", "layer_norm_eps", "activation_function"):
+            _check_field(name, getattr(self, name))
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             heads = getattr(self, name)
             if self.d_model % heads:
@@ -146,21 +204,6 @@ class VaswaniConfig(PreTrainedConfig):
                     f"VaswaniConfig.d_model ({self.d_model}) must be divisible by {name} ({heads}): "
                     "each head gets d_model / heads dimensions (§3.2.2)"
                 )
-        for name in ("dropout", "attention_dropout", "activation_dropout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ValueError(f"VaswaniConfig.{name} must be a number in [0, 1), got {value!r}")
-        if self.norm_style not in NORM_STYLES:
-            raise ValueError(f"VaswaniConfig.norm_style must be one of {NORM_STYLES}, got {self.norm_style!r}")
-        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
-            raise ValueError(f"VaswaniConfig.layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
-        from transformers.activations import ACT2FN
-
-        if self.activation_function not in ACT2FN:
-            raise ValueError(
-                f"VaswaniConfig.activation_function {self.activation_function!r} is unknown; "
-                f"choose one of transformers.activations.ACT2FN, e.g. 'relu' (§3.3), 'gelu', 'swish'"
-            )
         for name in ("pad_token_id", "bos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < self.vocab_size:

@@ -30,8 +30,8 @@ Cleaning rule (documented contract)
 
 Bad input raises :class:`DataError` (a ``ValueError``) naming the file and the problem: sides of
 different lengths (which one is longer and by how much), a missing split file, a file that is not
-UTF-8 (with the line number), an empty file, an unknown language (with the languages found). Nothing
-is silently truncated.
+UTF-8 (with the line number), an empty file, an unknown language (with the languages found), a
+training split that the cleaning empties (with the count per reason). Nothing is silently truncated.
 """
 
 from __future__ import annotations
@@ -602,6 +602,10 @@ def _clean_split(
     if filtered:
         report.dropped = ordered
         kept = [index for index, reason in enumerate(reasons) if not reason]
+        if not kept and reasons:
+            raise DataError(f"split {split!r} is empty after cleaning: all {len(reasons)} pairs were dropped ("
+                            + ", ".join(f"{reason}: {count}" for reason, count in ordered.items())
+                            + "); check the data, or the cleaning limits (max_length, max_ratio)")
         if len(kept) < len(marked):
             marked = marked.select(kept)
     else:

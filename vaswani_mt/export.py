@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -208,22 +209,26 @@ def export_ctranslate2(model_or_dir, out_dir, quantization: str | None = None, t
     string of every id, e.g. for benchmarks with random weights) gives the vocabulary.
 
     `quantization`: None (keep float32) or one of CTranslate2's types, e.g. "int8" (weights stored as int8; compute
-    type chosen by CTranslate2 at load time). Refuses an existing `out_dir` unless `force`. Returns `out_dir`.
+    type chosen by CTranslate2 at load time). Refuses an existing, non-empty `out_dir` unless `force`, and even then
+    replaces only a previous export (`check_output_folder`). Returns `out_dir`.
     """
     _import_ctranslate2()
     from ctranslate2.converters import Converter
 
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
-    if isinstance(model_or_dir, (str, Path)):
-        folder = Path(model_or_dir)
-        if not (folder / "config.json").is_file():
-            raise FileNotFoundError(f"{folder} is not a saved model folder (no config.json)")
-        import vaswani_mt  # noqa: F401  (registers the Auto classes)
-        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    source = Path(model_or_dir) if isinstance(model_or_dir, (str, Path)) else None
+    force = check_output_folder(Path(out_dir), source, force)
+    if source is not None:
+        if not (source / "config.json").is_file():
+            raise FileNotFoundError(f"{source} is not a saved model folder (no config.json)")
+        from .translate import TranslateError, load_model_and_tokenizer
 
-        model = AutoModelForSeq2SeqLM.from_pretrained(folder)
-        tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(folder)
+        try:
+            model, folder_tokenizer = load_model_and_tokenizer(str(source), "cpu")
+        except TranslateError as error:
+            raise ValueError(str(error)) from None
+        tokenizer = tokenizer if tokenizer is not None else folder_tokenizer
     else:
         model = model_or_dir
         if tokenizer is None and tokens is None:
@@ -247,6 +252,38 @@ def export_ctranslate2(model_or_dir, out_dir, quantization: str | None = None, t
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
     return out
+
+
+# Files a CTranslate2 export of ours holds: the converter's and the tokenizer's. Anything else in a folder means it is
+# not (only) an export, and --force must not delete it.
+_EXPORT_FILES = re.compile(r"^(model\.bin|config\.json|\w*vocabulary\.(json|txt)|tokenizer\.json|tokenizer_config\.json"
+                           r"|special_tokens_map\.json|chat_template\.\w+)$")
+
+
+def check_output_folder(out: Path, source: Path | None, force: bool) -> bool:
+    """Refuse an output folder whose replacement would destroy work: the model folder itself or a folder holding it
+    (CTranslate2's --force deletes the folder first), a file, or, with `force`, any non-empty folder that is not a
+    previous export (only model.bin, config.json, vocabularies and tokenizer files). Returns the `force` to pass to
+    CTranslate2 (True for an existing empty folder: nothing to lose)."""
+    if source is not None and (out.resolve() == source.resolve() or out.resolve() in source.resolve().parents):
+        what = "the model folder" if out.resolve() == source.resolve() else "a folder holding the model folder"
+        raise ValueError(f"output folder {out} is {what} {source}: the export would delete the model; choose a new "
+                         "folder")
+    if not out.exists():
+        return force
+    if not out.is_dir():
+        raise ValueError(f"output {out} exists and is not a folder")
+    entries = sorted(out.iterdir())
+    if not entries:
+        return True
+    if not force:
+        raise ValueError(f"output folder {out} already exists: pass --force to replace a previous export")
+    others = [entry.name for entry in entries if entry.is_dir() or not _EXPORT_FILES.match(entry.name)]
+    if others or not (out / "model.bin").is_file():
+        listed = ", ".join(others[:5]) if others else "no model.bin"
+        raise ValueError(f"--force replaces only a previous CTranslate2 export, and {out} is not one ({listed}); "
+                         "choose another folder")
+    return True
 
 
 def _translator(ctranslate2, model_dir, **options):
@@ -298,7 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("out", help="output folder")
     parser.add_argument("--quantization", choices=QUANTIZATIONS,
                         help="weight type, e.g. int8 (default: keep float32)")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing output folder")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a previous export in the output folder (never any other folder)")
     return parser
 
 

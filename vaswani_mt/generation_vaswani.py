@@ -30,6 +30,8 @@ This file imports nothing from vaswani_mt (it ships next to the weights for `tru
 
 from __future__ import annotations
 
+import inspect
+import logging
 import math
 
 import torch
@@ -41,6 +43,100 @@ from transformers.generation.logits_process import (
     MinNewTokensLengthLogitsProcessor,
 )
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
+from transformers.generation.utils import GenerationMixin
+
+logger = logging.getLogger(__name__)
+
+# transformers' private names these loops rely on — no public API lets a model replace a decoding loop or reuse the
+# beam bookkeeping — and what happens when one is missing or changed:
+# * `GenerationMixin._sample` / `_beam_search`: the model overrides them (`decode_or_fall_back`). A call whose
+#   arguments do not bind to the signatures below goes to transformers' loop unchanged; if transformers no longer
+#   has the names, generate() never calls the overrides and runs its own loops (`warn_if_loops_unreachable` says so).
+# * the beam bookkeeping helpers in `BEAM_HELPERS`, called by `beam_search`: checked (present, these parameters)
+#   before each fast beam search; on a mismatch, transformers' beam search runs.
+# * `generation_config._pad_token_tensor` / `._eos_token_tensor`, set by generate() before the loop: checked per call.
+# * torch's private MKL ops behind `DecodeLinear` (torch.ops.mkl._mkl_*): checked once per process against
+#   `F.linear`; plain products otherwise.
+# Each fallback logs one warning per reason; tests/test_transformers_compat.py removes or changes every name and
+# checks that generate() then returns transformers' own result.
+BEAM_HELPERS = {
+    "_gather_beams": ("tensor", "beam_indices"),
+    "_get_running_beams_for_next_iteration": ("topk_log_probs", "topk_running_sequences", "topk_running_beam_indices",
+                                              "next_token_hits_stopping_criteria", "num_beams"),
+    "_update_finished_beams": ("sequences", "topk_running_sequences", "beam_scores", "topk_log_probs", "beam_indices",
+                               "topk_running_beam_indices", "is_early_stop_heuristic_unsatisfied", "is_sent_finished",
+                               "next_token_hits_stopping_criteria", "top_num_beam_mask", "num_beams", "cur_len",
+                               "decoder_prompt_len", "length_penalty", "early_stopping"),
+    "_check_early_stop_heuristic": ("is_early_stop_heuristic_unsatisfied", "running_beam_scores", "beam_scores",
+                                    "is_sent_finished", "cur_len", "max_length", "decoder_prompt_len", "early_stopping",
+                                    "length_penalty"),
+    "_beam_search_has_unfinished_sequences": ("is_early_stop_heuristic_unsatisfied", "is_sent_finished",
+                                              "next_token_hits_stopping_criteria", "early_stopping"),
+}
+_GENERATION_CONFIG_TENSORS = {"greedy": ("_pad_token_tensor",), "beam": ("_pad_token_tensor", "_eos_token_tensor")}
+_warned: set[str] = set()
+
+
+def _sample_arguments(input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                      streamer=None, **model_kwargs):
+    """The signature of `GenerationMixin._sample` the greedy loop was written for (transformers 5.17-5.23)."""
+
+
+def _beam_search_arguments(input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                           **model_kwargs):
+    """The signature of `GenerationMixin._beam_search` the beam loop was written for (transformers 5.17-5.23)."""
+
+
+_LOOP_SIGNATURES = {"greedy": inspect.signature(_sample_arguments), "beam": inspect.signature(_beam_search_arguments)}
+
+
+def decode_or_fall_back(model: nn.Module, loop: str, transformers_loop, args: tuple, kwargs: dict):
+    """One call of transformers' `_sample` ("greedy") or `_beam_search` ("beam"): the fast loop when it can run
+    this call (`fast_decoding_blocker`), else `transformers_loop(*args, **kwargs)` unchanged — also when the call's
+    arguments are not those of the signature the fast loop was written for."""
+    try:
+        arguments = _LOOP_SIGNATURES[loop].bind(*args, **kwargs).arguments
+    except TypeError:
+        _warn_once(f"generate() called GenerationMixin.{'_sample' if loop == 'greedy' else '_beam_search'} with "
+                   "arguments the fast loop was not written for")
+        return transformers_loop(*args, **kwargs)
+    model_kwargs = arguments.pop("model_kwargs", {})
+    synced_gpus, streamer = arguments.pop("synced_gpus", False), arguments.pop("streamer", None)
+    if fast_decoding_blocker(model, arguments["input_ids"], arguments["generation_config"], model_kwargs, synced_gpus,
+                             loop) is not None:
+        return transformers_loop(*args, **kwargs)
+    if loop == "greedy":
+        return greedy_search(model, **arguments, streamer=streamer, **model_kwargs)
+    return beam_search(model, **arguments, **model_kwargs)
+
+
+def beam_helpers_mismatch() -> str | None:
+    """Why transformers' beam bookkeeping helpers (`BEAM_HELPERS`) do not fit the fast beam search, or None."""
+    for name, expected in BEAM_HELPERS.items():
+        method = getattr(GenerationMixin, name, None)
+        if method is None:
+            return f"transformers has no GenerationMixin.{name}"
+        try:
+            parameters = tuple(p for p in inspect.signature(method).parameters if p != "self")
+        except (TypeError, ValueError):
+            return f"GenerationMixin.{name} has no readable signature"
+        if parameters != expected:
+            return f"GenerationMixin.{name} takes {parameters}, the fast loop was written for {expected}"
+    return None
+
+
+def warn_if_loops_unreachable() -> None:
+    """Warn (once) when transformers no longer has the loops the model overrides: generate() then runs its own."""
+    for name in ("_sample", "_beam_search"):
+        if not hasattr(GenerationMixin, name):
+            _warn_once(f"transformers has no GenerationMixin.{name} to take over")
+
+
+def _warn_once(reason: str) -> None:
+    if reason not in _warned:
+        _warned.add(reason)
+        logger.warning("vaswani_mt: transformers' own decoding loop is used: %s", reason)
+
 
 # Generation settings whose effect lives outside the decoding loop or is reproduced here; any other output option
 # sends generate() to transformers' loop.
@@ -52,10 +148,17 @@ _KNOWN_MODEL_KWARGS = {"encoder_outputs", "attention_mask", "past_key_values", "
 
 
 def fast_decoding_blocker(model: nn.Module, input_ids: torch.Tensor, generation_config, model_kwargs: dict,
-                          synced_gpus: bool = False) -> str | None:
-    """Why the fast loop cannot run this generate() call (a short reason), or None if it can."""
+                          synced_gpus: bool = False, loop: str = "greedy") -> str | None:
+    """Why the fast `loop` ("greedy" or "beam") cannot run this generate() call (a short reason), or None if it can.
+    A mismatch with transformers' private API is also logged, once per reason."""
     if not getattr(model, "use_fast_decoding", True):
         return "use_fast_decoding is off"
+    mismatch = (beam_helpers_mismatch() if loop == "beam" else None) or next(
+        (f"generate() set no generation_config.{name}" for name in _GENERATION_CONFIG_TENSORS[loop]
+         if not hasattr(generation_config, name)), None)
+    if mismatch is not None:
+        _warn_once(mismatch)
+        return mismatch
     if model.training:
         return "model in training mode (dropout)"
     if synced_gpus:
@@ -99,7 +202,23 @@ class DecodeLinear:
 
 
 def _mkl_packing_available() -> bool:
-    return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
+    """Whether torch's private packed-GEMM ops exist and compute x W^T + b (checked once per process on a small
+    product against `F.linear`); False sends every product to `F.linear`."""
+    global _mkl_packing_works
+    if _mkl_packing_works is None:
+        _mkl_packing_works = False
+        try:
+            if torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight"):
+                weight, bias, x = torch.randn(8, 16), torch.randn(8), torch.randn(4, 16)
+                packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, 4)
+                result = torch.ops.mkl._mkl_linear(x, packed, weight, bias, 4)
+                _mkl_packing_works = bool(torch.allclose(result, F.linear(x, weight, bias), atol=1e-5))
+        except (RuntimeError, AttributeError, TypeError):
+            _mkl_packing_works = False
+    return _mkl_packing_works
+
+
+_mkl_packing_works: bool | None = None
 
 
 def _linear(module: nn.Linear, rows: int) -> DecodeLinear:

@@ -27,6 +27,8 @@ import re
 import sys
 from pathlib import Path
 
+from .files import first_line
+
 MODEL_DIR = "model"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 CODE_FILES = ("modeling_vaswani.py", "configuration_vaswani.py")
@@ -176,9 +178,11 @@ def _whoami(api, endpoint: str) -> dict:
         status = getattr(error.response, "status_code", None)
         if status == 401:
             raise PushError(f"the Hub at {endpoint} rejected the token (invalid or expired): {LOGIN_HINT}") from None
-        raise PushError(f"could not check the token with the Hub at {endpoint}: {_first_line(error)}") from None
-    except OSError as error:
-        raise PushError(f"cannot reach the Hub at {endpoint}: {_first_line(error)}") from None
+        raise PushError(f"could not check the token with the Hub at {endpoint}: {first_line(error)}") from None
+    except Exception as error:
+        if _is_network_error(error):
+            raise PushError(f"cannot reach the Hub at {endpoint}: {first_line(error)}") from None
+        raise
 
 
 def _check_namespace(user: dict, namespace: str, repo_id: str) -> None:
@@ -225,12 +229,18 @@ class _hub_errors:
                                 + (f": {server}" if server else "") + "). The repo or its namespace belongs to "
                                 "someone else, or the token lacks write permission.") from None
             raise PushError(f"the Hub refused the upload to {self.repo_id} (HTTP {status}"
-                            + (f": {server}" if server else f": {_first_line(error)}") + ")") from None
-        if isinstance(error, OSError) or type(error).__module__.startswith(("httpx", "httpcore", "requests")):
-            raise PushError(f"cannot reach the Hub at {self.endpoint}: {_first_line(error)}") from None
+                            + (f": {server}" if server else f": {first_line(error)}") + ")") from None
+        if _is_network_error(error):
+            raise PushError(f"cannot reach the Hub at {self.endpoint}: {first_line(error)}") from None
         if isinstance(error, ValueError):  # e.g. huggingface_hub's "Invalid metadata in README.md"
-            raise PushError(f"the upload to {self.repo_id} failed: {_first_line(error)}") from None
+            raise PushError(f"the upload to {self.repo_id} failed: {first_line(error)}") from None
         return False
+
+
+def _is_network_error(error: BaseException) -> bool:
+    """Whether `error` means the Hub could not be reached: an OSError, or an error of huggingface_hub's HTTP client
+    (httpx, httpx2, httpcore or requests, none of which derive from OSError)."""
+    return isinstance(error, OSError) or type(error).__module__.startswith(("httpx", "httpcore", "requests"))
 
 
 def _server_message(error) -> str | None:
@@ -245,10 +255,6 @@ def _server_message(error) -> str | None:
             message = None
     return message if isinstance(message, str) else None
 
-
-def _first_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
 
 
 # --- Trainer pushes -------------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani import VaswaniConfig
-from .generation_vaswani import beam_search, fast_decoding_blocker, greedy_search
+from .generation_vaswani import decode_or_fall_back, warn_if_loops_unreachable
 
 
 # §6.1: "We set the maximum output length during inference to input length + 50".
@@ -175,7 +175,9 @@ class VaswaniAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         query = self._heads(self.q_proj(hidden_states))
         keys, values = self._keys_values(hidden_states, key_value_states, past_key_values)
-        implementation = self.config._attn_implementation
+        # transformers' modeling contract: the implementation chosen at load time (sdpa by default, eager, ...); a
+        # config without it (not built by transformers) gets eager attention, the paper's formula as written.
+        implementation = getattr(self.config, "_attn_implementation", None) or "eager"
         if kwargs.get("output_attentions"):
             implementation = "eager"  # only eager attention returns the weights
         elif query.device.type == "cpu" and query.dtype in (torch.bfloat16, torch.float16):
@@ -484,6 +486,18 @@ class VaswaniModel(VaswaniPreTrainedModel):
         )
 
 
+def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
+    """A ValueError naming the problem for a batch generate() cannot translate: no sentences, or token ids outside
+    the vocabulary (an embedding lookup would fail with an index error deep inside torch, or a device assert)."""
+    if input_ids.dim() != 2 or input_ids.shape[0] == 0:
+        raise ValueError(f"generate() needs a batch of token ids [sentences, tokens], got shape {tuple(input_ids.shape)}")
+    if input_ids.numel():
+        low, high = int(input_ids.min()), int(input_ids.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"input_ids hold token id {high if high >= vocab_size else low}, outside the model's "
+                             f"vocabulary of {vocab_size} ids (0..{vocab_size - 1}): was another tokenizer used?")
+
+
 class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     """The translation model: `VaswaniModel` plus the pre-softmax linear projection (§3.4), a loss and
     `generate()`.
@@ -509,6 +523,9 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         else:
             self.final_logits_bias = None
         self.post_init()
+        # Tied weights are saved once (as their source); listing their other names here makes the Trainer's
+        # load_best_model_at_end re-tie them instead of reporting them as "missing keys".
+        self._keys_to_ignore_on_save = set(self._keys_to_ignore_on_save or ()) | set(self.all_tied_weights_keys)
         # The paper's decoding (§6.1): beam size 4, length penalty alpha = 0.6. transformers' length_penalty
         # divides the beam score by length**alpha, not GNMT's ((5 + length) / 6)**alpha; see the README.
         self.generation_config.num_beams = 4
@@ -525,25 +542,19 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         limits = (kwargs.get("max_length"), kwargs.get("max_new_tokens"), gen_config.max_length,
                   gen_config.max_new_tokens)
         source = inputs if inputs is not None else kwargs.get("input_ids")
+        if source is not None:
+            check_token_ids(source, self.config.vocab_size)
         if all(limit is None for limit in limits) and source is not None:
             kwargs["max_new_tokens"] = min(source.shape[-1] + OUTPUT_LENGTH_MARGIN, self.config.max_position_embeddings)
+        warn_if_loops_unreachable()
         return super().generate(inputs, generation_config=generation_config, **kwargs)
 
-    def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
-                streamer=None, **model_kwargs):
-        if fast_decoding_blocker(self, input_ids, generation_config, model_kwargs, synced_gpus) is None:
-            return greedy_search(self, input_ids, logits_processor, stopping_criteria, generation_config,
-                                 streamer=streamer, **model_kwargs)
-        return super()._sample(input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus,
-                               streamer, **model_kwargs)
+    # transformers' generate() calls these (private) loops; ours run instead when they can, with the same result.
+    def _sample(self, *args, **kwargs):
+        return decode_or_fall_back(self, "greedy", super()._sample, args, kwargs)
 
-    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
-                     **model_kwargs):
-        if fast_decoding_blocker(self, input_ids, generation_config, model_kwargs, synced_gpus) is None:
-            return beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config,
-                               **model_kwargs)
-        return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus,
-                                    **model_kwargs)
+    def _beam_search(self, *args, **kwargs):
+        return decode_or_fall_back(self, "beam", super()._beam_search, args, kwargs)
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value

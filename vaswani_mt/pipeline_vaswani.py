@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, Pipeline
+from transformers import AutoModelForSeq2SeqLM, GenerationConfig, Pipeline
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,10 @@ class TranslationPipeline(Pipeline):
     _default_generation_config = None
 
     def __init__(self, *args, **kwargs):
+        # Generation keywords given at construction apply to every call. They are kept here rather than left to the
+        # base class, whose handling of them differs between transformers 5.x releases (a prepared generation
+        # config in 5.17, private per-call merging in 5.23): generate() sees them exactly as passed.
+        self.init_generate_kwargs = {key: kwargs.pop(key) for key in list(kwargs) if is_generation_keyword(key)}
         super().__init__(*args, **kwargs)
         if self.tokenizer is None:
             raise ValueError("TranslationPipeline needs a tokenizer: pass tokenizer=... or a folder that has one")
@@ -94,7 +98,7 @@ class TranslationPipeline(Pipeline):
             model_inputs["input_ids"], model_inputs["attention_mask"], self.tokenizer.pad_token_id
         )
         output = self.model.generate(
-            input_ids=input_ids, attention_mask=attention_mask, **self._prepare_generate_kwargs(generate_kwargs)
+            input_ids=input_ids, attention_mask=attention_mask, **self._call_generate_kwargs(generate_kwargs)
         )
         output_ids = output if isinstance(output, torch.Tensor) else output.sequences
         batch = input_ids.shape[0]
@@ -128,14 +132,29 @@ class TranslationPipeline(Pipeline):
             return [records[0] for records in results]  # transformers 4's flat list
         return results
 
+    def _call_generate_kwargs(self, call_kwargs: dict) -> dict:
+        """generate() keywords of one call: the call's, on top of the construction's — unless the call passes its
+        own `generation_config`, which then replaces the construction's keywords (as in transformers)."""
+        if "generation_config" in call_kwargs:
+            return dict(call_kwargs)
+        return {**self.init_generate_kwargs, **call_kwargs}
+
     def _empty_records(self, call_kwargs: dict) -> list[dict[str, str]]:
-        count = call_kwargs.get("num_return_sequences", self._generate_kwargs.get("num_return_sequences"))
+        count = self._call_generate_kwargs(call_kwargs).get("num_return_sequences")
         if count is None:
             count = getattr(self.model.generation_config, "num_return_sequences", None) or 1
         return [{"translation_text": ""} for _ in range(count)]
 
 
 VaswaniTranslationPipeline = TranslationPipeline  # the name under which it was tried in the notes
+
+
+def is_generation_keyword(key: str) -> bool:
+    """True for `generation_config` and every public `GenerationConfig` attribute (num_beams, max_new_tokens, ...)."""
+    return key == "generation_config" or (not key.startswith("_") and key in _GENERATION_KEYS)
+
+
+_GENERATION_KEYS = frozenset(vars(GenerationConfig()))
 
 
 def encode_source(tokenizer, text: str, max_tokens: int, truncation: bool = True) -> list[int]:
@@ -172,12 +191,16 @@ def right_align(input_ids: torch.Tensor, attention_mask: torch.Tensor, pad_token
 def register_translation_pipeline() -> None:
     """Make ``pipeline("translation", ...)`` build a :class:`TranslationPipeline` in this process.
 
-    transformers 5 lists "translation" in ``transformers.pipelines.REMOVED_TASKS`` and raises before looking at the
-    model; this removes that entry and registers the task with ``AutoModelForSeq2SeqLM`` as its model class.
-    Idempotent. ``translation_xx_to_yy`` task names stay unsupported."""
+    Registers the task with ``AutoModelForSeq2SeqLM`` as its model class through the public
+    ``PIPELINE_REGISTRY.register_pipeline``. Recent transformers releases (5.23) also list "translation" in
+    ``transformers.pipelines.REMOVED_TASKS`` (a module constant, not documented API) and raise before looking at the
+    model: the entry is removed when that dict exists; 5.17 has no such dict and nothing to remove. Idempotent.
+    ``translation_xx_to_yy`` task names stay unsupported."""
     import transformers.pipelines as pipelines
 
-    pipelines.REMOVED_TASKS.pop(TASK, None)
+    removed_tasks = getattr(pipelines, "REMOVED_TASKS", None)
+    if isinstance(removed_tasks, dict):
+        removed_tasks.pop(TASK, None)
     registered = pipelines.PIPELINE_REGISTRY.supported_tasks.get(TASK)
     if registered is None or registered.get("impl") is not TranslationPipeline:
         pipelines.PIPELINE_REGISTRY.register_pipeline(

@@ -8,6 +8,7 @@ runs) and the caller's interactive backend, if any, is left alone.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -119,9 +120,15 @@ def main_schedule(argv: Sequence[str] | None = None) -> int:
     pairs = []
     for text in args.pair or ["512:4000", "512:8000", "256:4000"]:
         d_model, _, warmup = text.partition(":")
-        if not (d_model.isdigit() and warmup.isdigit()):
+        if not (d_model.isdigit() and warmup.isdigit() and int(d_model) > 0 and int(warmup) > 0):
             parser.error(f"--pair {text!r}: expected D_MODEL:WARMUP with two positive integers, e.g. 512:4000")
         pairs.append((int(d_model), int(warmup)))
-    path = plot_schedule(pairs, args.out, num_steps=args.steps, factor=args.factor)
+    if args.steps < 1 or not args.factor > 0:
+        parser.error(f"--steps and --factor must be positive, got {args.steps} and {args.factor}")
+    try:
+        path = plot_schedule(pairs, args.out, num_steps=args.steps, factor=args.factor)
+    except (ImportError, OSError) as error:
+        print(f"vaswani-mt plot-schedule: error: {error}", file=sys.stderr)
+        return 1
     print(path)
     return 0

@@ -10,25 +10,27 @@ on valid; translate the test split with beam search and score it; write the run 
     config.yaml  train.log  tokenizer/  checkpoints/  model/  metrics.json  test.hyp  plots/
 
 Runs the same under `torchrun --nproc_per_node N` or `accelerate launch --multi_gpu --num_processes N` (see
-README); `--resume` continues from the last complete checkpoint after a crash or kill.
+README); `--resume` continues from the last complete checkpoint after a crash or kill; when training had ended, it
+only redoes the steps after training, and on a finished run (metrics.json, written last) it has nothing to do.
 """
 
 import argparse
+import errno
 import json
 import logging
 import os
 import platform
-import shutil
 import sys
 import time
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, DataCollatorForSeq2Seq, TrainerCallback, set_seed
+from transformers import AutoTokenizer, DataCollatorForSeq2Seq, TrainerCallback, TrainerState, set_seed
 
 from .averaging import average_checkpoints
 from .configuration_vaswani import VaswaniConfig
-from .data import CleaningOptions, load_parallel, tokenize_dataset
+from .data import CleaningOptions, DataError, load_parallel, tokenize_dataset
+from .files import describe_os_error, last_saves, remove_incomplete_checkpoints, write_atomically, writing
 from .metrics import corpus_scores, moses_tokenized_bleu
 from .modeling_vaswani import VaswaniForConditionalGeneration
 from .run_config import ConfigError, RunConfig, load_run_config, parse_overrides, save_run_config
@@ -74,11 +76,13 @@ def _training_arguments(config: RunConfig, run_dir: Path) -> VaswaniTrainingArgu
         adam_beta1=t.adam_beta1, adam_beta2=t.adam_beta2, adam_epsilon=t.adam_epsilon,
         weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm,
         eval_strategy="steps", eval_steps=t.eval_steps, save_strategy="steps", save_steps=t.eval_steps,
-        save_total_limit=t.keep_checkpoints, load_best_model_at_end=True, metric_for_best_model="bleu",
+        # +1: the Trainer counts the best checkpoint, kept besides the newest ones, towards its limit; without it the
+        # last `average_last` saves were not all on disk and averaging took the (older) best one instead.
+        save_total_limit=t.keep_checkpoints + 1, load_best_model_at_end=True, metric_for_best_model="bleu",
         greater_is_better=True, logging_steps=t.logging_steps, logging_first_step=True,
         per_device_eval_batch_size=64, generation_num_beams=t.num_beams, predict_with_generate=True,
-        seed=t.seed, bf16=t.bf16, use_cpu=not torch.cuda.is_available(), report_to=[],
-        ddp_find_unused_parameters=False,
+        seed=t.seed, bf16=t.bf16, torch_compile=t.torch_compile, use_cpu=not torch.cuda.is_available(),
+        report_to=[], ddp_find_unused_parameters=False,
         dataloader_num_workers=0, disable_tqdm=not sys.stderr.isatty(),
     )
 
@@ -154,8 +158,12 @@ def _select_final_model(trainer: VaswaniTrainer, checkpoints_dir: Path, run_dir:
     best_metrics = trainer.evaluate(valid_dataset, metric_key_prefix="valid")
     choice = {"chosen": "best_checkpoint", "best_checkpoint": trainer.state.best_model_checkpoint,
               "valid_bleu_best_checkpoint": best_metrics.get("valid_bleu")}
-    last = complete_checkpoints(checkpoints_dir)[-config.training.average_last:]
+    last = last_saves(checkpoints_dir, config.training.average_last)
+    if 1 < len(last) < config.training.average_last:
+        logger.warning("averaging only the last %d saves (%s): the save before them is not on disk", len(last),
+                       ", ".join(p.name for p in last))
     if config.training.average_last > 1 and len(last) > 1:
+        logger.info("averaging the last %d saves: %s", len(last), ", ".join(p.name for p in last))
         averaged_dir = run_dir / "averaged"
         if trainer.args.should_save:
             average_checkpoints(last, output_dir=averaged_dir)
@@ -177,23 +185,26 @@ def _select_final_model(trainer: VaswaniTrainer, checkpoints_dir: Path, run_dir:
 def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
     run_dir = Path(config.output_dir)
     checkpoints_dir = run_dir / "checkpoints"
+    if resume and (run_dir / "metrics.json").is_file():
+        print(f"vaswani-mt train: {run_dir} is a finished run (it has metrics.json): nothing to do", file=sys.stderr)
+        return json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     if run_dir.exists() and not resume and any(run_dir.iterdir()):
         raise ConfigError(f"output_dir {run_dir} already holds a run: pass --resume to continue it, or choose "
                           "another --output-dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
     args = _training_arguments(config, run_dir)
-    _setup_logging(run_dir, args.should_save)
     if config.training.num_threads:
         torch.set_num_threads(config.training.num_threads)
-    if args.should_save:
-        save_run_config(config, run_dir / "config.yaml")
-    logger.info("run folder %s; world size %d", run_dir, args.world_size)
-
     cleaning = CleaningOptions(deduplicate=config.data.drop_duplicates, filter_splits=(config.data.train_split,))
     splits = [s for s in (config.data.train_split, config.data.valid_split, config.data.test_split) if s]
     src, tgt = config.data.source_lang, config.data.target_lang
-    with args.main_process_first(desc="data"):
+    with args.main_process_first(desc="data"):  # before the run folder exists: bad data leaves nothing behind
         raw, cleaning_report = load_parallel(config.data.path, src, tgt, splits=splits, clean=cleaning)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _setup_logging(run_dir, args.should_save)
+    if args.should_save:
+        with writing(run_dir / "config.yaml"):
+            save_run_config(config, run_dir / "config.yaml")
+    logger.info("run folder %s; world size %d", run_dir, args.world_size)
     logger.info("data: %s", cleaning_report.summary())
     tokenizer = _load_tokenizer(config, raw, run_dir, args)
     with args.main_process_first(desc="tokenize"):
@@ -213,19 +224,14 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
         callbacks=callbacks,
     )
 
-    resume_from = None
-    if resume:
-        for folder in checkpoints_dir.glob("checkpoint-*") if checkpoints_dir.exists() else []:
-            if not is_complete_checkpoint(folder) and args.should_save:
-                logger.warning("removing %s: its save did not finish", folder)
-                shutil.rmtree(folder)
-        complete = complete_checkpoints(checkpoints_dir)
-        resume_from = str(complete[-1]) if complete else None
-        logger.info("resuming from %s", resume_from or "scratch (no complete checkpoint yet)")
+    resume_from, ended = _resume_point(checkpoints_dir, args) if resume else (None, None)
     trainer.accelerator.wait_for_everyone()
 
     started = time.perf_counter()
-    train_output = trainer.train(resume_from_checkpoint=resume_from)
+    if ended is None:
+        train_metrics = trainer.train(resume_from_checkpoint=resume_from).metrics
+    else:
+        train_metrics = _restore_ended_training(trainer, ended, checkpoints_dir, resume_from)
     train_seconds = time.perf_counter() - started
     history = trainer.state.log_history
     rates = [entry["target_tokens_per_second"] for entry in history if "target_tokens_per_second" in entry]
@@ -236,7 +242,7 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
         "training": {
             "steps": trainer.state.global_step, "epochs": round(trainer.state.epoch or 0, 2),
             "wall_seconds_this_process": round(train_seconds, 1),
-            "train_runtime_seconds": train_output.metrics.get("train_runtime"),
+            "train_runtime_seconds": train_metrics.get("train_runtime"),
             "target_tokens_per_second_median": sorted(rates)[len(rates) // 2] if rates else None,
             "final_train_loss": next((e["loss"] for e in reversed(history) if "loss" in e), None),
             "world_size": args.world_size, "hardware": _hardware(),
@@ -249,9 +255,10 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
     }
     final_dir = run_dir / "model"
     if args.should_save:
-        trainer.model.save_pretrained(final_dir)
-        tokenizer.save_pretrained(final_dir)
-        _add_pipeline_code(trainer.model, tokenizer, final_dir)
+        with writing(final_dir):
+            trainer.model.save_pretrained(final_dir)
+            tokenizer.save_pretrained(final_dir)
+            _add_pipeline_code(trainer.model, tokenizer, final_dir)
 
     if config.data.test_split:
         references = [pair[tgt] for pair in raw[config.data.test_split]["translation"]]
@@ -259,16 +266,54 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
                                          config.training.num_beams, prefix="test")
         metrics["test"] = {"split": config.data.test_split, **test_scores}
         if args.should_save:
-            (run_dir / "test.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+            write_atomically(("\n".join(hypotheses) + "\n").encode(), run_dir / "test.hyp")
         logger.info("test %s: BLEU %.2f (%s), chrF %.2f, lowercased Moses-tokenized BLEU %.2f",
                     config.data.test_split, test_scores["bleu"], test_scores["bleu_signature"], test_scores["chrf"],
                     test_scores["bleu_lowercased_moses_tokenized"])
     if args.should_save:
-        (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, ensure_ascii=False) + "\n",
-                                              encoding="utf-8")
-        (run_dir / "log_history.json").write_text(json.dumps(history, indent=1) + "\n", encoding="utf-8")
-        _plot(history, run_dir / "plots")
+        write_atomically((json.dumps(history, indent=1) + "\n").encode(), run_dir / "log_history.json")
+        with writing(run_dir / "plots"):
+            _plot(history, run_dir / "plots")
+        # Last, and atomically: a run folder with metrics.json is finished (`--resume` then has nothing to do).
+        write_atomically((json.dumps(metrics, indent=2, ensure_ascii=False) + "\n").encode(), run_dir / "metrics.json")
     return metrics
+
+
+def _resume_point(checkpoints_dir: Path, args) -> tuple[str | None, TrainerState | None]:
+    """Where `--resume` continues: the last complete checkpoint, once what a kill left half-written or half-deleted
+    is removed (`vaswani_mt.files`); plus that checkpoint's trainer state when training had already ended there
+    (all steps done, or stopped by the time budget), so that only the steps after training are left to do."""
+    with args.main_process_first(desc="resume"):
+        if args.should_save:
+            for removed in remove_incomplete_checkpoints(checkpoints_dir):
+                logger.warning("removing %s", removed)
+        complete = complete_checkpoints(checkpoints_dir)
+    if not complete:
+        logger.info("resuming from scratch (no complete checkpoint yet)")
+        return None, None
+    state = TrainerState.load_from_json(str(complete[-1] / "trainer_state.json"))
+    control = (state.stateful_callbacks or {}).get("TrainerControl", {}).get("args", {})
+    if state.global_step < state.max_steps and not control.get("should_training_stop"):
+        logger.info("resuming from %s", complete[-1])
+        return str(complete[-1]), None
+    logger.info("resuming from %s: training ended there (step %d); finishing the steps after training", complete[-1],
+                state.global_step)
+    return str(complete[-1]), state
+
+
+def _restore_ended_training(trainer: VaswaniTrainer, state: TrainerState, checkpoints_dir: Path, last: str) -> dict:
+    """Put `trainer` where `trainer.train()` left it when training ended (without training another step, which
+    resuming the Trainer at its last step would do): the trainer state, and the weights of the best checkpoint
+    (`load_best_model_at_end`), else of the last one. Returns the train metrics (none: nothing was trained)."""
+    best = checkpoints_dir / Path(state.best_model_checkpoint).name if state.best_model_checkpoint else None
+    if best is not None and not is_complete_checkpoint(best):
+        raise FileNotFoundError(errno.ENOENT, "the run's best checkpoint is missing or incomplete, so the run cannot "
+                                "be finished as it would have been", str(best))
+    trainer.state = state
+    trainer.state.best_model_checkpoint = str(best) if best is not None else None
+    weights = VaswaniForConditionalGeneration.from_pretrained(best or last).state_dict()
+    trainer.model.load_state_dict(weights)
+    return {}
 
 
 def _add_pipeline_code(model, tokenizer, folder: Path) -> None:
@@ -322,9 +367,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"--resume: the config differs from the one {config.output_dir}/config.yaml was "
                                   "started with; resume with the same config and overrides")
         run(config, resume=known.resume, command="vaswani-mt train " + " ".join(argv))
-    except ConfigError as error:
+    except (ConfigError, DataError) as error:
         print(f"vaswani-mt train: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        print(f"vaswani-mt train: error: {describe_os_error(error)}", file=sys.stderr)
+        return 1
     return 0
 
 

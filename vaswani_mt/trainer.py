@@ -9,8 +9,9 @@
 * checkpoints that never look complete when a save was interrupted (see `_save_checkpoint`).
 """
 
+import copy
+import inspect
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,16 +22,23 @@ from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from .batching import TokenBudgetBatchSampler
+from .files import (SAVING_MARKER, begin_checkpoint, complete_checkpoints, finish_checkpoint,  # noqa: F401
+                    is_complete_checkpoint, rotate_checkpoints, writing)
 from .loss import label_smoothed_cross_entropy
 from .metrics import corpus_scores
 from .schedule import NoamLR, make_adam
 
 logger = logging.getLogger(__name__)
 
-# Present in a checkpoint folder while it is being written; removed (after fsync) once every file is on disk.
-SAVING_MARKER = ".saving"
-# Files a complete Trainer checkpoint of ours has.
-CHECKPOINT_FILES = ("model.safetensors", "trainer_state.json", "optimizer.pt", "scheduler.pt")
+# transformers' private Trainer methods overridden below: the Trainer has no public hook at these points. What is lost
+# when a transformers release no longer has one (the Trainer then does its own thing; a warning at construction
+# names it; tests/test_transformers_compat.py removes each):
+TRAINER_PRIVATE_HOOKS = {
+    "_save_checkpoint": "checkpoints are written without the in-progress marker and rotated by the Trainer itself, "
+                        "so a kill during a save may leave a checkpoint that looks complete",
+    "_save": "models saved by a Hub-pushing Trainer carry no pipeline code",
+    "_push_from_checkpoint": "Hub pushes during training carry transformers' model card and no pipeline code",
+}
 
 
 @dataclass
@@ -91,38 +99,6 @@ def bleu_chrf_metrics(tokenizer, on_signature=None):
     return compute
 
 
-def _fsync_tree(folder: Path) -> None:
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def is_complete_checkpoint(folder: str | os.PathLike) -> bool:
-    """A checkpoint whose save finished: all files present and no `.saving` marker left behind."""
-    folder = Path(folder)
-    return (folder.is_dir() and not (folder / SAVING_MARKER).exists()
-            and all((folder / name).exists() for name in CHECKPOINT_FILES))
-
-
-def complete_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
-    """`checkpoint-<step>` folders of a run whose save finished, oldest first."""
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return []
-    found = []
-    for child in output_dir.iterdir():
-        name, _, step = child.name.partition("-")
-        if name == "checkpoint" and step.isdigit() and is_complete_checkpoint(child):
-            found.append((int(step), child))
-    return [path for _, path in sorted(found)]
-
-
 class VaswaniTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with the paper's recipe (module docstring). Use it like `Seq2SeqTrainer`, with
     `VaswaniTrainingArguments`; `compute_metrics` defaults to BLEU/chrF when a tokenizer is given as
@@ -137,6 +113,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
             self.compute_metrics = bleu_chrf_metrics(self.processing_class, self._remember_signatures)
         self._target_tokens_since_log = 0
         self._last_log_time = time.perf_counter()
+        for name, lost in TRAINER_PRIVATE_HOOKS.items():
+            if not callable(getattr(Seq2SeqTrainer, name, None)):
+                logger.warning("vaswani_mt: transformers' Trainer has no %s: %s", name, lost)
 
     def _remember_signatures(self, signatures: dict[str, str]) -> None:
         if self.bleu_signatures is None:
@@ -164,7 +143,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
     def get_train_dataloader(self) -> DataLoader:
         if self.args.max_tokens is None:
             return super().get_train_dataloader()
-        dataset = self._remove_unused_columns(self.train_dataset, description="training")
+        dataset = self._model_columns(self.train_dataset)
         sampler = TokenBudgetBatchSampler.from_dataset(
             dataset, max_tokens=self.args.max_tokens, seed=self.args.seed,
             num_replicas=self.args.world_size, rank=self.args.process_index,
@@ -177,6 +156,15 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if wrapper is not None and getattr(wrapper, "batch_sampler", None) is sampler:
             wrapper.num_processes, wrapper.process_index = 1, 0
         return loader
+
+    def _model_columns(self, dataset):
+        """`dataset` with only the columns the model's forward() takes (and the labels), when
+        `remove_unused_columns` is on, as the Trainer's own data loaders do."""
+        if not self.args.remove_unused_columns or not hasattr(dataset, "column_names"):
+            return dataset
+        accepted = set(inspect.signature(self.accelerator.unwrap_model(self.model).forward).parameters)
+        unused = [name for name in dataset.column_names if name not in accepted | {"labels", "label", "label_ids"}]
+        return dataset.remove_columns(unused) if unused else dataset
 
     # -- loss (§5.4) --------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -214,6 +202,21 @@ class VaswaniTrainer(Seq2SeqTrainer):
             self._target_tokens_since_log, self._last_log_time = 0, now
         super().log(logs, start_time)
 
+    # -- evaluation keeps the model's decoding defaults ------------------------------------------------------------
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        """`Seq2SeqTrainer.prediction_step`, leaving the model's generation config as it found it.
+
+        transformers fills the model's generation config with its global defaults after generating (`max_length`
+        20, ...), so every later generate() — the next validation batch, every checkpoint and the final model —
+        stopped at 20 tokens instead of the paper's source length + 50 (§6.1), and a checkpoint's validation BLEU
+        during training differed from the same checkpoint's BLEU at model selection."""
+        unwrapped = self.model
+        saved = copy.deepcopy(unwrapped.generation_config)
+        try:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
+        finally:
+            unwrapped.generation_config = saved
+
     # -- evaluation under several processes ---------------------------------------------------------------------
     @property
     def gather_function(self):
@@ -226,24 +229,33 @@ class VaswaniTrainer(Seq2SeqTrainer):
         pass
 
     # -- checkpoints that never look complete when a save was interrupted ---------------------------------------
-    def _save_checkpoint(self, model, trial) -> None:
-        """A `.saving` marker is created (and synced) before the Trainer writes the folder and removed only after
-        every file is synced, so a kill during a save leaves a folder that `is_complete_checkpoint` rejects."""
-        folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+    def _save_checkpoint(self, model, trial=None, *args, **kwargs) -> None:
+        """Save so that a kill at any moment leaves every `checkpoint-<step>` folder complete or visibly incomplete
+        (`vaswani_mt.files.checkpoint_problem`): a `.saving` marker is created (and synced) before the Trainer writes
+        the folder and removed once every process has written its files and they are synced; only then are old
+        checkpoints deleted (the Trainer's own rotation, which deletes while the new checkpoint is still unfinished
+        and can leave a half-deleted folder, is switched off for the call), each renamed before it is removed.
+        A failed write (e.g. a full disk) raises an OSError naming the checkpoint."""
+        run_dir = Path(self.args.output_dir)  # hyperparameter-search trials (folders of their own) are not supported
+        folder = run_dir / f"checkpoint-{self.state.global_step}"
         writes_files = self.args.should_save
+        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        try:
+            with writing(folder):
+                if writes_files:
+                    begin_checkpoint(folder)
+                super()._save_checkpoint(model, trial, *args, **kwargs)
+                self.accelerator.wait_for_everyone()
+                if writes_files and folder.exists():
+                    finish_checkpoint(folder)
+        finally:
+            self.args.save_total_limit = limit
         if writes_files:
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / SAVING_MARKER).touch()
-            _fsync_tree(folder)
-        super()._save_checkpoint(model, trial)
-        if writes_files and folder.exists():
-            _fsync_tree(folder)
-            (folder / SAVING_MARKER).unlink()
-            _fsync_tree(folder)
+            rotate_checkpoints(run_dir, limit, self.state.best_model_checkpoint)
 
     # -- Hub pushes carry our model card and the model + pipeline code ------------------------------------------------
-    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
-        super()._save(output_dir, state_dict)
+    def _save(self, output_dir: str | None = None, *args, **kwargs) -> None:
+        super()._save(output_dir, *args, **kwargs)
         if self.args.push_to_hub and self.args.should_save:
             from .hub import add_pipeline_code
 
@@ -257,13 +269,13 @@ class VaswaniTrainer(Seq2SeqTrainer):
 
             prepare_trainer_push(self, **kwargs)
 
-    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+    def _push_from_checkpoint(self, checkpoint_folder: str, *args, **kwargs) -> None:
         # The Trainer copies only weights and configs from the checkpoint: bring the code and the card along.
         if self.is_world_process_zero() and self.args.hub_strategy != "end":
             from .hub import prepare_trainer_push
 
             prepare_trainer_push(self, checkpoint_folder)
-        super()._push_from_checkpoint(checkpoint_folder)
+        super()._push_from_checkpoint(checkpoint_folder, *args, **kwargs)
 
 
 __all__ = [

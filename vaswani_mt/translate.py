@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -22,7 +23,10 @@ from typing import BinaryIO, TextIO
 
 import torch
 
+from .files import describe_os_error, first_line, weights_problem, writing
 from .pipeline_vaswani import encode_source
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 2048
 DEFAULT_SORT_WINDOW = 1000
@@ -55,16 +59,17 @@ def translate_lines(
     Decoding defaults are the model's (vaswani_mt: beam 4, length penalty 0.6, up to source length + 50 new tokens,
     from the padded length of the batch); `num_beams`, `max_new_tokens` and other keyword arguments go to
     `generate()`. Empty or blank lines give "" without a model call. Sources longer than the model's
-    `max_position_embeddings` are truncated with a warning (`truncation=False`: ValueError). `on_translated(n)` is
-    called after each batch with the number of lines it finished (for progress bars).
+    `max_position_embeddings` are truncated with a warning (`truncation=False`: ValueError); a `max_new_tokens` above
+    it is lowered to it (one warning, before any line is read). `on_translated(n)` is called after each batch with
+    the number of lines it finished (for progress bars).
     """
     if max_tokens < 1 or sort_window < 1:
         raise ValueError(f"max_tokens and sort_window must be positive, got {max_tokens} and {sort_window}")
+    limit = model.config.max_position_embeddings
     if num_beams is not None:
         generate_kwargs["num_beams"] = num_beams
     if max_new_tokens is not None:
-        generate_kwargs["max_new_tokens"] = max_new_tokens
-    limit = model.config.max_position_embeddings
+        generate_kwargs["max_new_tokens"] = fitting_new_tokens(max_new_tokens, limit)
     window: list[str] = []
     for line in lines:
         window.append(line)
@@ -75,6 +80,16 @@ def translate_lines(
     if window:
         yield from _translate_window(model, tokenizer, window, max_tokens, limit, truncation, on_translated,
                                      generate_kwargs)
+
+
+def fitting_new_tokens(requested: int, limit: int) -> int:
+    """`requested` new tokens, or `limit` (the model's positions: the longest output it can hold) with one warning.
+    Unclamped, generation failed mid-file on the first long enough translation, with an error about the input."""
+    if requested <= limit:
+        return requested
+    logger.warning("max_new_tokens %d is more than the model can hold (max_position_embeddings=%d): translations "
+                   "stop at %d tokens", requested, limit, limit)
+    return limit
 
 
 def _translate_window(model, tokenizer, texts, max_tokens, limit, truncation, on_translated, generate_kwargs):
@@ -167,6 +182,7 @@ class _Output:
 
     def __init__(self, path: str | None):
         self.close_after = False
+        self.name = "<stdout>" if path is None or path == "-" else path
         if path is None or path == "-":
             encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "")
             if encoding == "utf8" or not hasattr(sys.stdout, "buffer"):
@@ -181,16 +197,21 @@ class _Output:
             self.close_after = True
 
     def write(self, line: str) -> None:
-        self.stream.write(line + "\n")
+        with writing(self.name):  # a full disk is reported with the file's name
+            self.stream.write(line + "\n")
 
     def close(self) -> None:
-        self.stream.flush()
-        if self.close_after:
-            self.stream.close()
+        with writing(self.name):
+            self.stream.flush()
+            if self.close_after:
+                self.stream.close()
 
 
 def load_model_and_tokenizer(folder: str, device: str | None = None):
-    """The model (eval mode, on `device`: default cuda when available, else cpu) and tokenizer saved in `folder`."""
+    """The model (eval mode, on `device`: default cuda when available, else cpu) and tokenizer saved in `folder`.
+    Everything that can be checked is checked before the model loads (the device, the files, whole weights), so a
+    bad folder or device is one `TranslateError` naming it, not a traceback from inside a library."""
+    device = _usable_device(device)
     path = Path(folder)
     if not path.is_dir():
         raise TranslateError(f"model folder {folder} does not exist")
@@ -198,6 +219,9 @@ def load_model_and_tokenizer(folder: str, device: str | None = None):
         raise TranslateError(f"{folder} is not a saved model: it has no config.json")
     if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         raise TranslateError(f"{folder} has no tokenizer (tokenizer.json): save the tokenizer with the model")
+    problem = weights_problem(path)
+    if problem is not None:
+        raise TranslateError(problem)
     import vaswani_mt  # noqa: F401  (registers the model with the Auto classes)
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -205,9 +229,22 @@ def load_model_and_tokenizer(folder: str, device: str | None = None):
         tokenizer = AutoTokenizer.from_pretrained(folder)
     except (OSError, ValueError) as error:
         raise TranslateError(f"cannot load the tokenizer from {folder}: {error}") from None
-    model = AutoModelForSeq2SeqLM.from_pretrained(folder)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        model = AutoModelForSeq2SeqLM.from_pretrained(folder)
+    except (OSError, ValueError, RuntimeError) as error:
+        raise TranslateError(f"cannot load the model from {folder}: {first_line(error)}") from None
     return model.to(device).eval(), tokenizer
+
+
+def _usable_device(name: str | None) -> str:
+    """`name` (default: cuda when available, else cpu) once a tensor could be put there."""
+    name = name or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        torch.empty(0, device=name)
+    except (RuntimeError, AssertionError, ValueError) as error:
+        raise TranslateError(f"device {name!r} cannot be used: {first_line(error)}") from None
+    return name
+
 
 
 def _count_lines(path: str) -> int:
@@ -247,9 +284,38 @@ def main(argv: list[str] | None = None) -> int:
     except TranslateError as error:
         print(f"vaswani-mt translate: error: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise  # the reader went away (`... | head -1`): `vaswani-mt` stops quietly
+    except OSError as error:
+        print(f"vaswani-mt translate: error: {describe_os_error(error)}", file=sys.stderr)
+        return 1
+
+
+def _refuse_overwriting(args) -> None:
+    """Refuse an --output that is the input (same path, link or stdin redirect), the reference, or a file of the
+    model, before anything is opened: opening it for writing would empty it before it is read."""
+    if args.output in (None, "-") or not os.path.exists(args.output):
+        return
+    output = os.stat(args.output)
+    stdin = args.input in (None, "-")
+    for what, source in (("--input", None if stdin else args.input), ("--reference", args.reference),
+                         ("stdin", "-" if stdin else None)):
+        try:
+            same = source is not None and os.path.samestat(
+                os.fstat(sys.stdin.fileno()) if source == "-" else os.stat(source), output)
+        except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is an OSError and a ValueError
+            same = False
+        if same:
+            raise TranslateError(f"--output {args.output} is the same file as {what}"
+                                 + ("" if source == "-" else f" {source}")
+                                 + ": it would be emptied before it is read; write the translations to another file")
+    if Path(args.model).resolve() in Path(args.output).resolve().parents:
+        raise TranslateError(f"--output {args.output} is a file of the model folder {args.model}: write the "
+                             "translations elsewhere")
 
 
 def _run(args) -> int:
+    _refuse_overwriting(args)
     references = None
     if args.reference:
         references = _read_all(args.reference, "reference")
