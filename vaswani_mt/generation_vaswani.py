@@ -111,7 +111,18 @@ def decode_or_fall_back(model: nn.Module, loop: str, transformers_loop, args: tu
 
 
 def beam_helpers_mismatch() -> str | None:
-    """Why transformers' beam bookkeeping helpers (`BEAM_HELPERS`) do not fit the fast beam search, or None."""
+    """Why transformers' beam bookkeeping helpers (`BEAM_HELPERS`) do not fit the fast beam search, or None.
+    Checked once per set of helper functions (a patched or reloaded transformers is checked again)."""
+    helpers = tuple(getattr(GenerationMixin, name, None) for name in BEAM_HELPERS)
+    if helpers not in _helper_checks:
+        _helper_checks[helpers] = _check_beam_helpers()
+    return _helper_checks[helpers]
+
+
+_helper_checks: dict[tuple, str | None] = {}
+
+
+def _check_beam_helpers() -> str | None:
     for name, expected in BEAM_HELPERS.items():
         method = getattr(GenerationMixin, name, None)
         if method is None:

@@ -492,7 +492,7 @@ def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
     if input_ids.dim() != 2 or input_ids.shape[0] == 0:
         raise ValueError(f"generate() needs a batch of token ids [sentences, tokens], got shape {tuple(input_ids.shape)}")
     if input_ids.numel():
-        low, high = int(input_ids.min()), int(input_ids.max())
+        low, high = torch.stack(torch.aminmax(input_ids)).tolist()  # one device sync
         if low < 0 or high >= vocab_size:
             raise ValueError(f"input_ids hold token id {high if high >= vocab_size else low}, outside the model's "
                              f"vocabulary of {vocab_size} ids (0..{vocab_size - 1}): was another tokenizer used?")
