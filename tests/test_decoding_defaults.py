@@ -66,3 +66,44 @@ def test_reloading_the_best_checkpoint_reports_no_missing_tied_weights(trained_r
     run_dir, result = trained_run
     logs = result.stderr + (run_dir / "train.log").read_text()
     assert "missing keys" not in logs
+
+
+def test_the_trainers_evaluation_leaves_the_models_decoding_defaults_alone(make_tiny_model, tokenizer, tmp_path):
+    from datasets import Dataset
+    from transformers import DataCollatorForSeq2Seq
+
+    from tiny_tokenizer import SENTENCES
+    from vaswani_mt.trainer import VaswaniTrainer, VaswaniTrainingArguments
+
+    model = make_tiny_model(vocab_size=len(tokenizer), final_logits_bias=True)
+    model.final_logits_bias[0, tokenizer.eos_token_id] = -1e4  # never ends: outputs run to the length limit
+    encoded = tokenizer(SENTENCES[:6], text_target=SENTENCES[1:7])
+    dataset = Dataset.from_dict({"input_ids": encoded["input_ids"], "labels": encoded["labels"]})
+    args = VaswaniTrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=2, generation_num_beams=1,
+                                    report_to=[], use_cpu=True)
+    trainer = VaswaniTrainer(model=model, args=args, processing_class=tokenizer,
+                             data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100))
+    first, second = trainer.predict(dataset).predictions, trainer.predict(dataset).predictions
+    assert model.generation_config.max_length is None and model.generation_config.max_new_tokens is None
+    assert first.shape[1] > 21  # batch after batch, up to the source length + 50, not 20
+    assert (first == second).all()
+
+
+@pytest.mark.parametrize("overrides", [{}, {"tie_word_embeddings": False}, {"share_embeddings": False}])
+def test_reloading_saved_weights_misses_exactly_the_tied_names_the_model_lists(make_tiny_model, tmp_path, overrides):
+    from safetensors.torch import load_file
+
+    model = make_tiny_model(**overrides)
+    model.save_pretrained(tmp_path)
+    missing = model.load_state_dict(load_file(tmp_path / "model.safetensors"), strict=False).missing_keys
+    assert set(missing) == model._keys_to_ignore_on_save  # what the Trainer compares before warning
+
+
+def test_a_model_untied_after_construction_saves_its_own_output_projection(make_tiny_model, tmp_path):
+    from safetensors.torch import load_file
+
+    model = make_tiny_model()
+    model.config.tie_word_embeddings = False
+    model.lm_head = torch.nn.Linear(model.config.d_model, model.config.vocab_size, bias=False)
+    model.save_pretrained(tmp_path)
+    assert "lm_head.weight" in load_file(tmp_path / "model.safetensors")

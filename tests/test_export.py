@@ -1,5 +1,7 @@
 """`vaswani-mt export --to ctranslate2`: the CTranslate2 model computes what ours computes."""
 
+import json
+import os
 import sys
 
 import pytest
@@ -10,7 +12,8 @@ from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from vaswani_mt.export import export_ctranslate2, main, translate_with_ctranslate2  # noqa: E402
+from vaswani_mt.export import DECODING_FILE, export_ctranslate2, main, translate_with_ctranslate2  # noqa: E402
+from vaswani_mt.translate import main as translate_main  # noqa: E402
 
 UNSEEN = ["a cat runs on the grass .", "men play in the park .", "die frau kocht .", "snow", "a a a a a a ."]
 
@@ -208,3 +211,65 @@ def test_export_names_a_broken_weights_file(run_folder, tmp_path, capsys, damage
     assert main([str(run_folder / "model"), str(tmp_path / "ct2")]) == 1
     err = capsys.readouterr().err
     assert "model.safetensors" in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+# --- `vaswani-mt translate EXPORT` (issue #15) ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def saved_and_exported(trained, tokenizer, tmp_path):
+    """The trained tiny model saved as `vaswani-mt train` saves it, and its float32 CTranslate2 export."""
+    folder = tmp_path / "model"
+    trained.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert main([str(folder), str(tmp_path / "ct2")]) == 0
+    return folder, tmp_path / "ct2"
+
+
+@pytest.mark.parametrize("trained", ["post"], indirect=True)
+@pytest.mark.parametrize("options", [[], ["--num-beams", "1", "--max-new-tokens", "6"]])
+def test_translate_with_a_ctranslate2_folder_equals_the_pytorch_output_in_float32(saved_and_exported, trained,
+                                                                                 tmp_path, capsys, options):
+    """Same streaming, batching (several windows and batches), order, decoding defaults and --reference scores."""
+    folder, export = saved_and_exported
+    decoding = json.loads((export / DECODING_FILE).read_text())
+    assert decoding == {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": None, "length_margin": 50,
+                        "max_position_embeddings": trained.config.max_position_embeddings}
+    lines = SENTENCES + ["", "   "] + UNSEEN + [" ".join(SENTENCES * 3)]  # the last one is truncated to 128 tokens
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines + lines[::-1]) + "\n", encoding="utf-8")
+    capsys.readouterr()
+    results = {}
+    for name, model in (("pytorch", folder), ("ctranslate2", export)):
+        output = tmp_path / f"{name}.txt"
+        assert translate_main([str(model), "-i", str(source), "-o", str(output), "-r", str(source),
+                               "--max-tokens", "64", "--sort-window", "7", "--device", "cpu", *options]) == 0
+        scores = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("BLEU", "chrF2"))]
+        results[name] = output.read_text(encoding="utf-8"), scores
+    assert results["ctranslate2"] == results["pytorch"]
+    translations, scores = results["pytorch"]
+    assert len(translations.splitlines()) == 2 * len(lines) and len(scores) == 2
+    assert len(set(translations.splitlines())) > 5
+
+
+@pytest.mark.parametrize("trained", ["post"], indirect=True)
+def test_translate_refuses_a_ctranslate2_folder_without_its_decoding_defaults_in_one_line(saved_and_exported,
+                                                                                          capsys):
+    _, export = saved_and_exported
+    (export / DECODING_FILE).unlink()
+    assert translate_main([str(export), "--input", str(export / "config.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("vaswani-mt translate: error: ")
+    assert DECODING_FILE in err and "vaswani-mt export --force" in err
+
+
+@pytest.mark.parametrize("trained", ["post"], indirect=True)
+def test_the_files_of_an_export_follow_the_umask(trained, tokenizer, tmp_path):
+    previous = os.umask(0o002)
+    try:
+        out = export_ctranslate2(trained, tmp_path / "ct2", tokenizer=tokenizer)
+    finally:
+        os.umask(previous)
+    modes = {path.name: oct(path.stat().st_mode & 0o777) for path in out.iterdir()}
+    assert "model.bin" in modes and DECODING_FILE in modes
+    assert set(modes.values()) == {oct(0o664)}

@@ -463,12 +463,14 @@ def test_an_incomplete_run_folder_is_refused_naming_what_is_missing_before_any_r
     assert run["requests"] == 0  # refused before even checking the token
 
 
-def test_dry_run_prints_the_card_and_the_files_and_sends_nothing(cli_runs):
+def test_dry_run_prints_the_card_and_the_files_says_nothing_was_uploaded_and_sends_nothing(cli_runs):
     run = cli_runs["dry run"]
 
     assert run["code"] == 0, run["stderr"]
     assert run["stdout"].startswith("---\nlanguage:")
-    assert run["stderr"].strip().splitlines()[-1] == "files: " + ", ".join(sorted(MODEL_FILES | {"README.md"}))
+    files, said = run["stderr"].strip().splitlines()[-2:]
+    assert files == "files: " + ", ".join(sorted(MODEL_FILES | {"README.md"}))
+    assert said.startswith("dry run: nothing was uploaded;") and said.endswith(REPO)
     assert run["requests"] == 0
 
 

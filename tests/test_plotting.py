@@ -83,3 +83,14 @@ def test_plot_schedule_refuses_zero_and_negative_values_in_one_line(tmp_path, ca
     err = capsys.readouterr().err
     assert "must be positive" in err or "two positive integers" in err
     assert "Traceback" not in err and not (tmp_path / "s.png").exists()
+
+
+def test_plot_schedule_says_where_it_wrote_and_its_help_names_the_default(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert plotting.main_schedule(["--pair", "256:800", "--steps", "50"]) == 0
+    captured = capsys.readouterr()
+    _assert_png(tmp_path / "noam_schedule.png")
+    assert captured.err == f"wrote {tmp_path / 'noam_schedule.png'} (1 curve)\n" and captured.out == ""
+    with pytest.raises(SystemExit):
+        plotting.main_schedule(["--help"])
+    assert "noam_schedule.png in the current folder" in " ".join(capsys.readouterr().out.split())

@@ -47,10 +47,10 @@ def tiny_config(tmp_path: Path, corpus: Path, test_split: str | None = None, **t
     return path
 
 
-def run_train(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_train(*args: str, timeout: int = 300, umask: int = -1) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "vaswani_mt.cli", "train", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=REPO)
+                          env=env, timeout=timeout, cwd=REPO, umask=umask)
 
 
 # -- bad configs fail fast, naming the key --------------------------------------------------------------------------
@@ -184,13 +184,25 @@ KILL_AT = REPO / "tests" / "trainer_helpers" / "kill_at.py"
 FAULT_RUN = dict(max_steps=12, eval_steps=2, keep_checkpoints=2, average_last=2)
 
 
+# The reference run's umask: group-writable files (0664), unlike both the usual umask's 0644 and safetensors' 0600.
+RUN_UMASK = 0o002
+
+
 @pytest.fixture(scope="module")
-def reference_run(tmp_path_factory, small_corpus) -> Path:
-    """An uninterrupted run (with test scoring) that the interrupted ones must end up equal to."""
+def reference_output(tmp_path_factory, small_corpus) -> subprocess.CompletedProcess:
+    """An uninterrupted run (with test scoring) that the interrupted ones must end up equal to; stderr is a pipe, not
+    a terminal (as in a log file or CI)."""
     folder = tmp_path_factory.mktemp("reference")
-    result = run_train("--config", str(tiny_config(folder, small_corpus, test_split="test", **FAULT_RUN)))
+    result = run_train("--config", str(tiny_config(folder, small_corpus, test_split="test", **FAULT_RUN)),
+                       umask=RUN_UMASK)
     assert result.returncode == 0, result.stderr[-3000:]
-    return folder / "run"
+    result.run_dir = folder / "run"
+    return result
+
+
+@pytest.fixture(scope="module")
+def reference_run(reference_output) -> Path:
+    return reference_output.run_dir
 
 
 @pytest.fixture
@@ -223,6 +235,47 @@ def _copy_run(run: Path, destination: Path) -> Path:
     config["output_dir"] = str(destination)
     (destination / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return destination
+
+
+def test_progress_lines_when_stderr_is_not_a_terminal(reference_output):
+    """One line per logging step (step/total, loss, target tokens/s, ETA) and for every translation pass, in place
+    of the Trainer's bare metrics dicts (which went to stdout)."""
+    err = reference_output.stderr
+    assert "vaswani_mt.train: train: 12 updates to go (step 0/12)" in err
+    for step in (2, 4, 12):
+        assert f"train: step {step}/12, loss " in err
+    assert "target tok/s, elapsed " in err and ", ETA " in err
+    for label in ("valid at step 2", "valid at step 12", "valid, best checkpoint", "valid, average of the last 2 saves",
+                  "test translation"):
+        assert f"{label}: translating 16 sentences in 1 batch\n" in err, label
+        assert f"{label}: 1 batch in " in err and ", BLEU " in err, label
+    assert "train: done, 12 updates in " in err
+    assert "{'loss'" not in err + reference_output.stdout
+    assert "test translation: 1 batch in" in (reference_output.run_dir / "train.log").read_text()
+
+
+def test_train_ends_with_a_summary_on_stderr_and_leaves_stdout_empty(reference_output):
+    run_dir, err = reference_output.run_dir, reference_output.stderr
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    summary = err[err.index("finished in "):]
+    assert summary.splitlines()[0].endswith("(12 updates)")
+    assert f"model         {run_dir / 'model'}  (average of checkpoint-10, checkpoint-12)" in summary \
+        or f"model         {run_dir / 'model'}  (best checkpoint checkpoint-" in summary
+    assert f"test          BLEU {metrics['test']['bleu']:.2f}  {metrics['test']['bleu_signature']}" in summary
+    assert f"chrF {metrics['test']['chrf']:.2f}  {metrics['test']['chrf_signature']}" in summary
+    assert f"vaswani-mt translate {run_dir / 'model'} --input sentences.en > sentences.de" in summary
+    assert f"vaswani-mt push {run_dir} YOUR-NAME/MODEL-NAME --dry-run" in summary
+    assert reference_output.stdout == ""
+
+
+def test_the_files_of_a_run_follow_the_umask(reference_run):
+    """safetensors writes weights 0600 and the atomic writes used a 0600 temporary file: every file of the run must
+    get what the umask gives any other new file."""
+    expected = 0o666 & ~RUN_UMASK
+    files = ["model/model.safetensors", "model/config.json", "averaged/model.safetensors", "metrics.json", "test.hyp",
+             "log_history.json", "checkpoints/checkpoint-12/model.safetensors"]
+    modes = {name: oct((reference_run / name).stat().st_mode & 0o777) for name in files}
+    assert modes == {name: oct(expected) for name in files}
 
 
 def test_the_last_saves_are_averaged_not_an_older_best_checkpoint(reference_run):

@@ -204,3 +204,28 @@ def test_training_batches_keep_the_columns_the_trainers_own_loaders_keep(model, 
     stock = getattr(trainer, "_remove_unused_columns", None)  # transformers' private equivalent, where it exists
     if stock is not None:
         assert sorted(stock(dataset, description="training").column_names) == sorted(kept)
+
+
+@pytest.mark.parametrize("loop,name", [("greedy", "_sample"), ("beam", "_beam_search")])
+def test_the_installed_transformers_calls_its_loops_with_the_signature_the_fast_loops_bind(loop, name):
+    installed = [p for p in inspect.signature(getattr(GenerationMixin, name)).parameters if p != "self"]
+    assert installed == list(generation._LOOP_SIGNATURES[loop].parameters)
+
+
+def test_the_mkl_self_check_leaves_the_global_random_stream_alone(monkeypatch):
+    monkeypatch.setattr(generation, "_mkl_packing_works", None)
+    torch.manual_seed(5)
+    generation._mkl_packing_available()
+    after_check = torch.rand(3)
+    torch.manual_seed(5)
+    assert torch.equal(torch.rand(3), after_check)
+
+
+def test_without_the_config_mapping_constant_a_vaswani_folder_still_needs_its_auto_map(monkeypatch):
+    import transformers.models.auto.configuration_auto as configuration_auto
+
+    from vaswani_mt.pipeline_vaswani import _is_builtin_model_type
+
+    assert _is_builtin_model_type("marian") and not _is_builtin_model_type("vaswani")
+    monkeypatch.delattr(configuration_auto, "CONFIG_MAPPING_NAMES")
+    assert _is_builtin_model_type("marian") and not _is_builtin_model_type("vaswani")

@@ -250,3 +250,11 @@ def test_translate_stops_quietly_when_the_reader_of_its_output_goes_away(model_d
         stderr = process.stderr.read().decode()
         assert process.wait(timeout=120) == 141
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+
+
+def test_translate_help_names_the_model_folder_train_writes_and_ctranslate2_exports(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "runs/NAME/model" in help_text and "runs/NAME/final" not in help_text
+    assert "CTranslate2 export" in help_text

@@ -2,6 +2,7 @@
 only when used, so `vaswani-mt --help` stays instant."""
 
 import importlib
+import importlib.metadata
 import os
 import signal
 import sys
@@ -19,16 +20,32 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 
 
 def usage() -> str:
-    lines = ["usage: vaswani-mt <command> [options]", "", "commands:"]
+    lines = ["usage: vaswani-mt <command> [options]   (or: vaswani-mt --version)", "", "commands:"]
     lines += [f"  {name:<14} {help_text}" for name, (_, _, help_text) in COMMANDS.items()]
     lines += ["", "`vaswani-mt <command> --help` describes a command's options."]
     return "\n".join(lines)
 
 
+def version() -> str:
+    """The installed distribution's version; from a source tree that is not installed, the package's own."""
+    try:
+        return importlib.metadata.version("vaswani-mt")
+    except importlib.metadata.PackageNotFoundError:
+        from vaswani_mt import __version__
+
+        return __version__
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:  # like an argparse tool missing its required argument: usage on stderr, exit status 2
+        print(f"{usage()}\n\nvaswani-mt: error: a command is required", file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
         print(usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        print(f"vaswani-mt {version()}")
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:

@@ -13,14 +13,18 @@ Hugging Face architecture on the CTranslate2 side. Everything our model computes
 
 CTranslate2 is an optional dependency: ``pip install "vaswani-mt[ctranslate2]"``.
 
-Using the export::
+The export folder holds the tokenizer and the model's decoding defaults (`DECODING_FILE`: beam 4, length penalty
+0.6, at most source length + 50 tokens for ours), so ``vaswani-mt translate OUT`` translates with CTranslate2 as
+``vaswani-mt translate MODEL`` does with PyTorch (`ExportedModel`). From Python::
 
     translator = ctranslate2.Translator(out_dir)
+    tokenizer = AutoTokenizer.from_pretrained(out_dir)
     tokens = tokenizer.convert_ids_to_tokens(tokenizer(text).input_ids)    # with the tokenizer's </s>
-    result = translator.translate_batch([tokens], beam_size=4, length_penalty=0.6)
-    text = tokenizer.convert_tokens_to_string(result[0].hypotheses[0])
+    result = translator.translate_batch([tokens], beam_size=4, length_penalty=0.6, min_decoding_length=0,
+                                        max_decoding_length=len(tokens) + 50)
+    text = tokenizer.decode(tokenizer.convert_tokens_to_ids(result[0].hypotheses[0]), skip_special_tokens=True)
 
-The tokenizer is saved in `out_dir` too (``AutoTokenizer.from_pretrained(out_dir)``).
+Without ``max_decoding_length`` CTranslate2 decodes up to 256 tokens, which a weak model fills with repetitions.
 
 Speed on CPU: CTranslate2 4.8 uses its AVX2 kernels even on CPUs with AVX-512 unless ``CT2_FORCE_CPU_ISA=AVX512``
 is in the process environment before ctranslate2 is used (on this project's Intel machine int8 beam search gained
@@ -31,14 +35,18 @@ thread (``inter_threads``) beat one worker with several threads.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
 
 INSTALL_HINT = 'CTranslate2 export needs the ctranslate2 package: pip install "vaswani-mt[ctranslate2]"'
+# Beside model.bin: the decoding defaults of the exported model, which `vaswani-mt translate EXPORT` uses.
+DECODING_FILE = "vaswani_decoding.json"
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 # transformers activation name -> CTranslate2 Activation member name
@@ -251,13 +259,30 @@ def export_ctranslate2(model_or_dir, out_dir, quantization: str | None = None, t
         VaswaniConverter().convert(str(out), quantization=quantization, force=force)
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
+    (out / DECODING_FILE).write_text(json.dumps(decoding_defaults(model), indent=2) + "\n", encoding="utf-8")
     return out
+
+
+def decoding_defaults(model) -> dict:
+    """How `model.generate()` decodes when given nothing (ours: §6.1), for `vaswani-mt translate EXPORT` to decode
+    the same way: beams, length penalty, and the output limit — `max_new_tokens` when the generation config fixes
+    one, else the source length (padded, per batch) + `length_margin`, at most `max_position_embeddings`."""
+    from .modeling_vaswani import OUTPUT_LENGTH_MARGIN
+
+    generation = model.generation_config
+    return {
+        "num_beams": generation.num_beams or 1,
+        "length_penalty": generation.length_penalty if generation.length_penalty is not None else 1.0,
+        "max_new_tokens": generation.max_new_tokens,
+        "length_margin": OUTPUT_LENGTH_MARGIN,
+        "max_position_embeddings": model.config.max_position_embeddings,
+    }
 
 
 # Files a CTranslate2 export of ours holds: the converter's and the tokenizer's. Anything else in a folder means it is
 # not (only) an export, and --force must not delete it.
-_EXPORT_FILES = re.compile(r"^(model\.bin|config\.json|\w*vocabulary\.(json|txt)|tokenizer\.json|tokenizer_config\.json"
-                           r"|special_tokens_map\.json|chat_template\.\w+)$")
+_EXPORT_FILES = re.compile(r"^(model\.bin|config\.json|" + re.escape(DECODING_FILE) + r"|\w*vocabulary\.(json|txt)"
+                           r"|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json|chat_template\.\w+)$")
 
 
 def check_output_folder(out: Path, source: Path | None, force: bool) -> bool:
@@ -287,11 +312,13 @@ def check_output_folder(out: Path, source: Path | None, force: bool) -> bool:
 
 
 def _translator(ctranslate2, model_dir, **options):
-    """A CPU `ctranslate2.Translator` that leaves torch's thread count alone: creating one sets the calling
-    thread's OpenMP thread count to its `intra_threads`, which torch (same OpenMP runtime) then uses too — a
-    translator with 1 thread silently made every later torch operation in the process single-threaded."""
+    """A `ctranslate2.Translator` (on the CPU unless `device=` says otherwise) that leaves torch's thread count
+    alone: creating one sets the calling thread's OpenMP thread count to its `intra_threads`, which torch (same
+    OpenMP runtime) then uses too — a translator with 1 thread silently made every later torch operation in the
+    process single-threaded."""
     threads = torch.get_num_threads()
-    translator = ctranslate2.Translator(str(model_dir), device="cpu", **options)
+    options.setdefault("device", "cpu")
+    translator = ctranslate2.Translator(str(model_dir), **options)
     torch.set_num_threads(threads)
     return translator
 
@@ -326,6 +353,76 @@ def translate_with_ctranslate2(model_dir, tokenizer, texts: list[str], *, beam_s
     return results
 
 
+def is_export(folder) -> bool:
+    """Whether `folder` is a CTranslate2 model folder (what `vaswani-mt export` writes) rather than a saved model."""
+    return (Path(folder) / "model.bin").is_file()
+
+
+class ExportedModel:
+    """A CTranslate2 export, ready to translate as `vaswani-mt translate` translates with a saved model: the same
+    streaming, batching and order (`vaswani_mt.translate.translate_stream`), and the exported model's own decoding
+    defaults (`DECODING_FILE`), so a float32 export returns what `generate()` returns.
+
+    `device`: "cpu", "cuda" or "cuda:N" (default: cuda when CTranslate2 sees a GPU). On the CPU it computes with
+    torch's thread count (`OMP_NUM_THREADS`, `torch.set_num_threads`). Raises ValueError naming what is missing."""
+
+    def __init__(self, folder, device: str | None = None, compute_type: str = "default"):
+        ctranslate2 = _import_ctranslate2()
+        folder = Path(folder)
+        decoding = folder / DECODING_FILE
+        if not decoding.is_file():
+            raise ValueError(f"{folder} has no {DECODING_FILE} (the model's decoding defaults): export the model "
+                             "again with `vaswani-mt export --force`")
+        self.decoding = json.loads(decoding.read_text(encoding="utf-8"))
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        kind, index = _ctranslate2_device(ctranslate2, device)
+        self.translator = _translator(ctranslate2, folder, device=kind, device_index=index,
+                                      compute_type=compute_type, intra_threads=torch.get_num_threads())
+
+    def translate_lines(self, lines: Iterable[str], *, num_beams: int | None = None,
+                        max_new_tokens: int | None = None, **stream_options) -> Iterator[str]:
+        """`vaswani_mt.translate.translate_lines` with this export in place of `generate()`: the same options and
+        results (`max_tokens`, `sort_window`, `truncation`, `on_translated`)."""
+        from .translate import fitting_new_tokens, translate_stream
+
+        limit = self.decoding["max_position_embeddings"]
+        fixed = max_new_tokens or self.decoding["max_new_tokens"]
+        fixed = fitting_new_tokens(fixed, limit) if fixed else None
+        options = {"beam_size": num_beams or self.decoding["num_beams"], "min_decoding_length": 0,
+                   "length_penalty": self.decoding["length_penalty"]}
+
+        def translate_batch(sources: list[list[int]]) -> list[str]:
+            longest = max(len(ids) for ids in sources)
+            length = fixed or min(longest + self.decoding["length_margin"], limit)
+            tokens = [self.tokenizer.convert_ids_to_tokens(ids) for ids in sources]
+            results = self.translator.translate_batch(tokens, max_decoding_length=length, **options)
+            return self._texts(result.hypotheses[0] for result in results)
+
+        return translate_stream(translate_batch, self.tokenizer, lines, limit=limit, **stream_options)
+
+    def _texts(self, hypotheses: Iterable[list[str]]) -> list[str]:
+        from .translate import decoded_lines
+
+        return decoded_lines(self.tokenizer, [self.tokenizer.convert_tokens_to_ids(tokens) for tokens in hypotheses])
+
+
+def _ctranslate2_device(ctranslate2, name: str | None) -> tuple[str, int]:
+    """CTranslate2's (device, index) for a torch-style device name: cpu, cuda or cuda:N."""
+    gpus = ctranslate2.get_cuda_device_count()
+    if name is None:
+        return ("cuda", 0) if gpus else ("cpu", 0)
+    kind, _, index = name.partition(":")
+    if kind == "cpu" and not index:
+        return "cpu", 0
+    if kind == "cuda" and (index.isdigit() or not index):
+        if int(index or 0) < gpus:
+            return "cuda", int(index or 0)
+        raise ValueError(f"device {name!r} cannot be used: CTranslate2 sees {gpus} CUDA device(s)")
+    raise ValueError(f"device {name!r} cannot be used: CTranslate2 runs on cpu, cuda or cuda:N")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vaswani-mt export", description="Export a trained model for fast inference."
@@ -354,4 +451,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["export_ctranslate2", "translate_with_ctranslate2", "build_spec", "vocabulary", "main", "INSTALL_HINT"]
+__all__ = ["DECODING_FILE", "ExportedModel", "INSTALL_HINT", "build_spec", "decoding_defaults", "export_ctranslate2",
+           "is_export", "main", "translate_with_ctranslate2", "vocabulary"]

@@ -149,6 +149,8 @@ def last_saves(output_dir: str | os.PathLike, count: int) -> list[Path]:
     first save that is not there, so a checkpoint kept for another reason (the best one, which rotation never
     deletes) never stands in for a later save. Without a usable interval (no step-based saves): the newest `count`
     complete checkpoints."""
+    if count < 1:
+        return []
     checkpoints = {int(path.name.rpartition("-")[2]): path for path in complete_checkpoints(output_dir)}
     steps = sorted(checkpoints)
     interval = _save_interval(checkpoints[steps[-1]], steps) if steps else None
@@ -213,14 +215,18 @@ def remove_incomplete_checkpoints(output_dir: str | os.PathLike) -> list[str]:
     return removed
 
 
-def rotate_checkpoints(output_dir: str | os.PathLike, limit: int | None, best: str | os.PathLike | None) -> None:
-    """Keep at most `limit` complete checkpoints: always the newest and the best one, then the newest others; the
-    rest are deleted with `delete_checkpoint`. Same policy as transformers' `save_total_limit` (whose best checkpoint
-    counts towards the limit), ordered by step rather than by file time."""
+def rotate_checkpoints(output_dir: str | os.PathLike, limit: int | None, best: str | os.PathLike | None,
+                       keep: str | os.PathLike | None = None) -> None:
+    """Keep at most `limit` complete checkpoints: always the newest, the best one and `keep` (the one just written,
+    which is not the newest when a run resumed from an older checkpoint), then the newest others; the rest are
+    deleted with `delete_checkpoint`. Same policy as transformers' `save_total_limit` (whose best checkpoint counts
+    towards the limit), ordered by step rather than by file time."""
     if not limit or limit <= 0:
         return
     checkpoints = complete_checkpoints(output_dir)
     protected = {checkpoints[-1].name} if checkpoints else set()
+    if keep is not None:
+        protected.add(Path(keep).name)
     if best is not None:
         protected.add(Path(best).name)
     surplus = len(checkpoints) - max(limit, len(protected))
@@ -266,6 +272,7 @@ def write_atomically(data: bytes, target: Path) -> None:
         descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:
             with os.fdopen(descriptor, "wb") as handle:
+                os.chmod(temporary, new_file_mode())  # mkstemp creates 0600; others get the umask's mode
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -274,6 +281,24 @@ def write_atomically(data: bytes, target: Path) -> None:
             Path(temporary).unlink(missing_ok=True)
             raise
     fsync_directory(target.parent)
+
+
+def new_file_mode() -> int:
+    """The mode `open()` gives a new file: 0o666 less the process umask (which can only be read by setting it, so
+    it is set and put back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def share_weights(folder: str | os.PathLike) -> None:
+    """Give the safetensors files of a saved model folder the mode any other new file gets (`new_file_mode`).
+    safetensors >= 0.8 writes through a temporary file created 0600 and renamed into place (safetensors issue
+    #782), so a model saved on a shared machine was readable by its owner only, while its config and tokenizer,
+    written with `open()`, followed the umask."""
+    mode = new_file_mode()
+    for path in Path(folder).glob("*.safetensors"):
+        os.chmod(path, mode)
 
 
 def is_disk_full(error: BaseException) -> bool:
@@ -292,7 +317,17 @@ def writing(path: str | os.PathLike) -> Iterator[None]:
     except OSError as error:
         raise OSError(error.errno, _reason(error), str(path)) from error
     except (RuntimeError, SafetensorError) as error:  # how torch.save and safetensors report failed writes
+        if not (is_disk_full(error) or _is_write_failure(error)):
+            raise  # a CUDA error, a bug: not a file problem, keep its traceback
         raise OSError(errno.ENOSPC if is_disk_full(error) else errno.EIO, _reason(error), str(path)) from error
+
+
+def _is_write_failure(error: BaseException) -> bool:
+    """The messages torch.save and safetensors give when the bytes could not be written."""
+    message = str(error).lower()
+    return isinstance(error, SafetensorError) or any(
+        words in message for words in ("file write failed", "unexpected pos", "pytorchstreamwriter", "write failed",
+                                       "error writing", "i/o error", "input/output error"))
 
 
 def _reason(error: BaseException) -> str:
@@ -323,9 +358,11 @@ __all__ = [
     "first_line",
     "is_complete_checkpoint",
     "last_saves",
+    "new_file_mode",
     "remove_incomplete_checkpoints",
     "rotate_checkpoints",
     "safetensors_problem",
+    "share_weights",
     "weight_files",
     "weights_problem",
     "write_atomically",

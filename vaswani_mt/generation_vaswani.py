@@ -154,8 +154,9 @@ def _warn_once(reason: str) -> None:
 _OUTPUT_OPTIONS = ("return_dict_in_generate", "output_scores", "output_logits", "output_attentions",
                    "output_hidden_states")
 # Keyword arguments generate() passes to the loop that the fast loop understands (the rest: transformers' loop).
+# `labels` comes along from Seq2SeqTrainer's validation; generate() never uses it.
 _KNOWN_MODEL_KWARGS = {"encoder_outputs", "attention_mask", "past_key_values", "use_cache", "cache_position",
-                       "output_attentions", "output_hidden_states"}
+                       "output_attentions", "output_hidden_states", "labels"}
 
 
 def fast_decoding_blocker(model: nn.Module, input_ids: torch.Tensor, generation_config, model_kwargs: dict,
@@ -220,7 +221,9 @@ def _mkl_packing_available() -> bool:
         _mkl_packing_works = False
         try:
             if torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight"):
-                weight, bias, x = torch.randn(8, 16), torch.randn(8), torch.randn(4, 16)
+                # fixed values: the global random stream must not move (seeded runs, bitwise resume)
+                weight, bias = torch.arange(128.0).sin().view(8, 16), torch.arange(8.0).cos()
+                x = torch.arange(64.0).cos().view(4, 16)
                 packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, 4)
                 result = torch.ops.mkl._mkl_linear(x, packed, weight, bias, 4)
                 _mkl_packing_works = bool(torch.allclose(result, F.linear(x, weight, bias), atol=1e-5))

@@ -327,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
                                     dataset=args.dataset))
             files = [path for path, _ in upload_plan(model_dir)] + list(_pipeline_additions(model_dir))
             print("files: " + ", ".join(sorted(set(files) | {"README.md"})), file=sys.stderr)
+            print(f"dry run: nothing was uploaded; without --dry-run these files and the card above would go to "
+                  f"{args.repo_id}", file=sys.stderr)
             return 0
         url = push_run(args.run_dir, args.repo_id, private=args.private, token=args.token,
                        commit_message=args.message, license=args.license, license_name=args.license_name,

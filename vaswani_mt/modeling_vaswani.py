@@ -486,6 +486,16 @@ class VaswaniModel(VaswaniPreTrainedModel):
         )
 
 
+def _second_names_of_shared_parameters(module: nn.Module) -> set[str]:
+    """Every name of a parameter but the first, for parameters registered under several names (tied weights)."""
+    seen, names = set(), set()
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        if id(parameter) in seen:
+            names.add(name)
+        seen.add(id(parameter))
+    return names
+
+
 def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
     """A ValueError naming the problem for a batch generate() cannot translate: no sentences, or token ids outside
     the vocabulary (an embedding lookup would fail with an index error deep inside torch, or a device assert)."""
@@ -523,9 +533,6 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         else:
             self.final_logits_bias = None
         self.post_init()
-        # Tied weights are saved once (as their source); listing their other names here makes the Trainer's
-        # load_best_model_at_end re-tie them instead of reporting them as "missing keys".
-        self._keys_to_ignore_on_save = set(self._keys_to_ignore_on_save or ()) | set(self.all_tied_weights_keys)
         # The paper's decoding (§6.1): beam size 4, length penalty alpha = 0.6. transformers' length_penalty
         # divides the beam score by length**alpha, not GNMT's ((5 + length) / 6)**alpha; see the README.
         self.generation_config.num_beams = 4
@@ -533,6 +540,17 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
+
+    @property
+    def _keys_to_ignore_on_save(self) -> set[str]:
+        """The other names of tied weights (one tensor under several names, saved once under its first): listed, the
+        Trainer's load_best_model_at_end re-ties them instead of reporting "missing keys". Read from the parameters
+        when needed, so a model untied after construction saves its own output projection."""
+        return self.__dict__.get("_declared_keys_to_ignore_on_save", set()) | _second_names_of_shared_parameters(self)
+
+    @_keys_to_ignore_on_save.setter
+    def _keys_to_ignore_on_save(self, value) -> None:  # transformers' post_init assigns the declared names
+        self.__dict__["_declared_keys_to_ignore_on_save"] = set(value or ())
 
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
         """`GenerationMixin.generate`, with the paper's output limit (§6.1) as the default: at most

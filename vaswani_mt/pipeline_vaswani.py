@@ -30,6 +30,13 @@ TASK = "translation"
 PIPELINE_FILE = "pipeline_vaswani.py"
 
 
+# transformers names used here that are not documented API, and what happens without them:
+# `transformers.pipelines.REMOVED_TASKS` (removed from only where it exists, see register_translation_pipeline);
+# `CONFIG_MAPPING_NAMES` (see _is_builtin_model_type); the class attributes below (`_load_tokenizer`,
+# `_pipeline_calls_generate`, `_default_generation_config`, ...), which transformers' own pipelines set and the base
+# class reads with defaults: a release that no longer reads one ignores it.
+
+
 class TranslationPipeline(Pipeline):
     """Translate text with a seq2seq model: ``pipe("A dog runs.")`` -> ``[{"translation_text": "..."}]``.
 
@@ -266,8 +273,12 @@ def save_for_pipeline(model=None, tokenizer=None, save_directory: str | os.PathL
 
 
 def _is_builtin_model_type(model_type: str | None) -> bool:
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
+    """Whether transformers ships `model_type` (its code needs no auto_map). CONFIG_MAPPING_NAMES is a module constant
+    of transformers' auto classes, not documented API: without it, only our own type counts as not built in."""
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    except ImportError:
+        return model_type is not None and model_type != "vaswani"
     return model_type in CONFIG_MAPPING_NAMES
 
 

@@ -113,9 +113,10 @@ def main_schedule(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vaswani-mt plot-schedule", description=main_schedule.__doc__)
     parser.add_argument("--pair", action="append", metavar="D_MODEL:WARMUP",
                         help="a curve, e.g. 512:4000 (repeatable; default: 512:4000 512:8000 256:4000)")
-    parser.add_argument("--steps", type=int, default=20000, help="steps on the x axis")
-    parser.add_argument("--factor", type=float, default=1.0, help="schedule multiplier")
-    parser.add_argument("--out", default="noam_schedule.png", help="PNG to write")
+    parser.add_argument("--steps", type=int, default=20000, help="steps on the x axis (default: %(default)s)")
+    parser.add_argument("--factor", type=float, default=1.0, help="schedule multiplier (default: %(default)s)")
+    parser.add_argument("--out", default="noam_schedule.png",
+                        help="the PNG to write (default: %(default)s in the current folder)")
     args = parser.parse_args(argv)
     pairs = []
     for text in args.pair or ["512:4000", "512:8000", "256:4000"]:
@@ -130,5 +131,5 @@ def main_schedule(argv: Sequence[str] | None = None) -> int:
     except (ImportError, OSError) as error:
         print(f"vaswani-mt plot-schedule: error: {error}", file=sys.stderr)
         return 1
-    print(path)
+    print(f"wrote {path.resolve()} ({len(pairs)} curve{'s' if len(pairs) > 1 else ''})", file=sys.stderr)
     return 0

@@ -9,6 +9,10 @@ on valid; translate the test split with beam search and score it; write the run 
 
     config.yaml  train.log  tokenizer/  checkpoints/  model/  metrics.json  test.hyp  plots/
 
+What it prints goes to stderr (and train.log); stdout stays empty. On a terminal, labelled progress bars; in a log
+file, one progress line per logging step and per translation pass (`vaswani_mt.reporting`); at the end, a summary:
+the model folder, the test scores with their signatures, the time taken and the commands to run next.
+
 Runs the same under `torchrun --nproc_per_node N` or `accelerate launch --multi_gpu --num_processes N` (see
 README); `--resume` continues from the last complete checkpoint after a crash or kill; when training had ended, it
 only redoes the steps after training, and on a finished run (metrics.json, written last) it has nothing to do.
@@ -30,9 +34,11 @@ from transformers import AutoTokenizer, DataCollatorForSeq2Seq, TrainerCallback,
 from .averaging import average_checkpoints
 from .configuration_vaswani import VaswaniConfig
 from .data import CleaningOptions, DataError, load_parallel, tokenize_dataset
-from .files import describe_os_error, last_saves, remove_incomplete_checkpoints, write_atomically, writing
+from .files import (describe_os_error, last_saves, remove_incomplete_checkpoints, share_weights, write_atomically,
+                    writing)
 from .metrics import corpus_scores, moses_tokenized_bleu
 from .modeling_vaswani import VaswaniForConditionalGeneration
+from .reporting import TrainingProgress, run_summary
 from .run_config import ConfigError, RunConfig, load_run_config, parse_overrides, save_run_config
 from .tokenization import normalize_text, train_tokenizer
 from .trainer import VaswaniTrainer, VaswaniTrainingArguments, complete_checkpoints, is_complete_checkpoint
@@ -116,11 +122,13 @@ def _model_config(config: RunConfig, tokenizer) -> VaswaniConfig:
         })
 
 
-def _score(trainer: VaswaniTrainer, dataset, references: list[str], target_lang: str, num_beams: int, prefix: str):
+def _score(trainer: VaswaniTrainer, dataset, references: list[str], target_lang: str, num_beams: int, prefix: str,
+           progress: TrainingProgress):
     """Translate `dataset` with beam search and score against the raw `references` (normalised as the
     tokenizer normalises): cased detokenized sacreBLEU + chrF, and lowercased Moses-tokenized BLEU."""
     started = time.perf_counter()
-    output = trainer.predict(dataset, metric_key_prefix=prefix, num_beams=num_beams)
+    with progress.stage(f"{prefix} translation"):
+        output = trainer.predict(dataset, metric_key_prefix=prefix, num_beams=num_beams)
     tokenizer = trainer.processing_class
     predictions = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
     predictions = predictions.clip(min=0)
@@ -153,9 +161,10 @@ def _hardware() -> dict:
 
 
 def _select_final_model(trainer: VaswaniTrainer, checkpoints_dir: Path, run_dir: Path, config: RunConfig,
-                        valid_dataset) -> dict:
+                        valid_dataset, progress: TrainingProgress) -> dict:
     """§6.1: average the last checkpoints; keep the average if it beats the best checkpoint on valid BLEU."""
-    best_metrics = trainer.evaluate(valid_dataset, metric_key_prefix="valid")
+    with progress.stage("valid, best checkpoint"):
+        best_metrics = trainer.evaluate(valid_dataset, metric_key_prefix="valid")
     choice = {"chosen": "best_checkpoint", "best_checkpoint": trainer.state.best_model_checkpoint,
               "valid_bleu_best_checkpoint": best_metrics.get("valid_bleu")}
     last = last_saves(checkpoints_dir, config.training.average_last)
@@ -171,7 +180,8 @@ def _select_final_model(trainer: VaswaniTrainer, checkpoints_dir: Path, run_dir:
         best_state = {k: v.clone() for k, v in trainer.model.state_dict().items()}
         averaged = VaswaniForConditionalGeneration.from_pretrained(averaged_dir)
         trainer.model.load_state_dict(averaged.state_dict())
-        averaged_metrics = trainer.evaluate(valid_dataset, metric_key_prefix="valid")
+        with progress.stage(f"valid, average of the last {len(last)} saves"):
+            averaged_metrics = trainer.evaluate(valid_dataset, metric_key_prefix="valid")
         choice.update(averaged_checkpoints=[p.name for p in last],
                       valid_bleu_averaged=averaged_metrics.get("valid_bleu"))
         if averaged_metrics.get("valid_bleu", -1) >= best_metrics.get("valid_bleu", -1):
@@ -183,6 +193,7 @@ def _select_final_model(trainer: VaswaniTrainer, checkpoints_dir: Path, run_dir:
 
 
 def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
+    run_started = time.perf_counter()
     run_dir = Path(config.output_dir)
     checkpoints_dir = run_dir / "checkpoints"
     if resume and (run_dir / "metrics.json").is_file():
@@ -223,6 +234,7 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
         processing_class=tokenizer, data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
         callbacks=callbacks,
     )
+    progress = TrainingProgress(config.training.max_minutes).install(trainer)
 
     resume_from, ended = _resume_point(checkpoints_dir, args) if resume else (None, None)
     trainer.accelerator.wait_for_everyone()
@@ -236,7 +248,7 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
     history = trainer.state.log_history
     rates = [entry["target_tokens_per_second"] for entry in history if "target_tokens_per_second" in entry]
 
-    choice = _select_final_model(trainer, checkpoints_dir, run_dir, config, valid)
+    choice = _select_final_model(trainer, checkpoints_dir, run_dir, config, valid, progress)
     metrics = {
         "command": command,
         "training": {
@@ -259,11 +271,12 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
             trainer.model.save_pretrained(final_dir)
             tokenizer.save_pretrained(final_dir)
             _add_pipeline_code(trainer.model, tokenizer, final_dir)
+            share_weights(final_dir)
 
     if config.data.test_split:
         references = [pair[tgt] for pair in raw[config.data.test_split]["translation"]]
         test_scores, hypotheses = _score(trainer, tokenized[config.data.test_split], references, tgt,
-                                         config.training.num_beams, prefix="test")
+                                         config.training.num_beams, prefix="test", progress=progress)
         metrics["test"] = {"split": config.data.test_split, **test_scores}
         if args.should_save:
             write_atomically(("\n".join(hypotheses) + "\n").encode(), run_dir / "test.hyp")
@@ -276,6 +289,7 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
             _plot(history, run_dir / "plots")
         # Last, and atomically: a run folder with metrics.json is finished (`--resume` then has nothing to do).
         write_atomically((json.dumps(metrics, indent=2, ensure_ascii=False) + "\n").encode(), run_dir / "metrics.json")
+        logger.info(run_summary(metrics, run_dir, time.perf_counter() - run_started, (src, tgt)))
     return metrics
 
 

@@ -23,7 +23,7 @@ from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from .batching import TokenBudgetBatchSampler
 from .files import (SAVING_MARKER, begin_checkpoint, complete_checkpoints, finish_checkpoint,  # noqa: F401
-                    is_complete_checkpoint, rotate_checkpoints, writing)
+                    is_complete_checkpoint, rotate_checkpoints, share_weights, writing)
 from .loss import label_smoothed_cross_entropy
 from .metrics import corpus_scores
 from .schedule import NoamLR, make_adam
@@ -36,7 +36,8 @@ logger = logging.getLogger(__name__)
 TRAINER_PRIVATE_HOOKS = {
     "_save_checkpoint": "checkpoints are written without the in-progress marker and rotated by the Trainer itself, "
                         "so a kill during a save may leave a checkpoint that looks complete",
-    "_save": "models saved by a Hub-pushing Trainer carry no pipeline code",
+    "_save": "saved weights are readable by their owner only (safetensors writes them 0600), and models saved by a "
+             "Hub-pushing Trainer carry no pipeline code",
     "_push_from_checkpoint": "Hub pushes during training carry transformers' model card and no pipeline code",
 }
 
@@ -62,9 +63,17 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     adam_epsilon: float = field(default=1e-9, metadata={"help": "§5.3: epsilon = 1e-9."})
     predict_with_generate: bool = field(default=True, metadata={"help": "Score BLEU from generate()."})
     generation_num_beams: int | None = field(default=4, metadata={"help": "§6.1: beam size 4."})
+    checkpoint_limit: int | None = field(
+        default=None,
+        metadata={"help": "Checkpoints kept (the best one counts), rotated by VaswaniTrainer only once a new "
+                          "checkpoint is complete. Taken from save_total_limit, which is then cleared: the Trainer's "
+                          "own rotation deletes while the new checkpoint is unfinished."},
+    )
 
     def __post_init__(self):
         super().__post_init__()
+        if self.save_total_limit is not None:
+            self.checkpoint_limit, self.save_total_limit = self.save_total_limit, None
         if not self.warmup_steps or self.warmup_steps <= 0:
             raise ValueError(f"warmup_steps must be > 0 for the Noam schedule (§5.3), got {self.warmup_steps!r}")
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -210,7 +219,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         20, ...), so every later generate() — the next validation batch, every checkpoint and the final model —
         stopped at 20 tokens instead of the paper's source length + 50 (§6.1), and a checkpoint's validation BLEU
         during training differed from the same checkpoint's BLEU at model selection."""
-        unwrapped = self.model
+        unwrapped = self.accelerator.unwrap_model(self.model)
         saved = copy.deepcopy(unwrapped.generation_config)
         try:
             return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
@@ -233,33 +242,36 @@ class VaswaniTrainer(Seq2SeqTrainer):
         """Save so that a kill at any moment leaves every `checkpoint-<step>` folder complete or visibly incomplete
         (`vaswani_mt.files.checkpoint_problem`): a `.saving` marker is created (and synced) before the Trainer writes
         the folder and removed once every process has written its files and they are synced; only then are old
-        checkpoints deleted (the Trainer's own rotation, which deletes while the new checkpoint is still unfinished
-        and can leave a half-deleted folder, is switched off for the call), each renamed before it is removed.
+        checkpoints deleted (`checkpoint_limit`; the Trainer's own rotation, which deletes while the new checkpoint is
+        still unfinished and can leave a half-deleted folder, is off), each renamed before it is removed.
         A failed write (e.g. a full disk) raises an OSError naming the checkpoint."""
-        run_dir = Path(self.args.output_dir)  # hyperparameter-search trials (folders of their own) are not supported
+        if trial is not None:  # a hyperparameter-search trial writes a folder of its own: the Trainer's own saving
+            return super()._save_checkpoint(model, trial, *args, **kwargs)
+        run_dir = Path(self.args.output_dir)
         folder = run_dir / f"checkpoint-{self.state.global_step}"
         writes_files = self.args.should_save
-        limit, self.args.save_total_limit = self.args.save_total_limit, None
-        try:
-            with writing(folder):
-                if writes_files:
-                    begin_checkpoint(folder)
-                super()._save_checkpoint(model, trial, *args, **kwargs)
-                self.accelerator.wait_for_everyone()
-                if writes_files and folder.exists():
-                    finish_checkpoint(folder)
-        finally:
-            self.args.save_total_limit = limit
+        with writing(folder):
+            if writes_files:
+                begin_checkpoint(folder)
+            super()._save_checkpoint(model, trial, *args, **kwargs)
+            self.accelerator.wait_for_everyone()
+            if writes_files and folder.exists():
+                finish_checkpoint(folder)
         if writes_files:
-            rotate_checkpoints(run_dir, limit, self.state.best_model_checkpoint)
+            rotate_checkpoints(run_dir, self.args.checkpoint_limit, self.state.best_model_checkpoint, keep=folder)
 
-    # -- Hub pushes carry our model card and the model + pipeline code ------------------------------------------------
+    # -- saves: weights that follow the umask; Hub pushes carry our model card and the model + pipeline code ---
     def _save(self, output_dir: str | None = None, *args, **kwargs) -> None:
+        """The Trainer's save (checkpoints and `save_model`), with the weights readable as the umask says
+        (`vaswani_mt.files.share_weights`) and, for Hub pushes, the pipeline code."""
         super()._save(output_dir, *args, **kwargs)
+        folder = output_dir if output_dir is not None else self.args.output_dir
+        if self.args.should_save and Path(folder).is_dir():
+            share_weights(folder)
         if self.args.push_to_hub and self.args.should_save:
             from .hub import add_pipeline_code
 
-            add_pipeline_code(output_dir if output_dir is not None else self.args.output_dir)
+            add_pipeline_code(folder)
 
     def create_model_card(self, **kwargs) -> None:
         """vaswani_mt's card (`vaswani_mt.model_card`) as README.md instead of the Trainer's generic draft, and the

@@ -1,18 +1,21 @@
 """`vaswani-mt translate`: translate a file (or stdin) line by line with a trained model.
 
-    vaswani-mt translate runs/base/final --input test.en --output test.hyp.de --reference test.de
+    vaswani-mt translate runs/NAME/model --input test.en --output test.hyp.de --reference test.de
+    vaswani-mt translate runs/NAME/ct2 ...      # a CTranslate2 export (`vaswani-mt export`): faster on a CPU
 
 Input is read as a stream: at most ``--sort-window`` lines are held at once. Inside that window sentences are sorted
 by length and packed into batches of at most ``--max-tokens`` padded source tokens, translated, and written back in
 their original order, so arbitrarily long inputs run in bounded memory and line i of the output is always the
 translation of line i of the input (an empty line gives an empty line).
 
-The reusable core is :func:`translate_lines`.
+The reusable core is :func:`translate_lines` (PyTorch `generate()`); :func:`translate_stream` is its streaming,
+batching and ordering for any engine, which `vaswani_mt.export.ExportedModel` uses for CTranslate2 exports.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import logging
 import os
@@ -63,23 +66,41 @@ def translate_lines(
     it is lowered to it (one warning, before any line is read). `on_translated(n)` is called after each batch with
     the number of lines it finished (for progress bars).
     """
-    if max_tokens < 1 or sort_window < 1:
-        raise ValueError(f"max_tokens and sort_window must be positive, got {max_tokens} and {sort_window}")
     limit = model.config.max_position_embeddings
     if num_beams is not None:
         generate_kwargs["num_beams"] = num_beams
     if max_new_tokens is not None:
         generate_kwargs["max_new_tokens"] = fitting_new_tokens(max_new_tokens, limit)
+    yield from translate_stream(lambda sources: _generate(model, tokenizer, sources, generate_kwargs), tokenizer,
+                                lines, limit=limit, max_tokens=max_tokens, sort_window=sort_window,
+                                truncation=truncation, on_translated=on_translated)
+
+
+def translate_stream(
+    translate_batch: Callable[[list[list[int]]], list[str]],
+    tokenizer,
+    lines: Iterable[str],
+    *,
+    limit: int,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    sort_window: int = DEFAULT_SORT_WINDOW,
+    truncation: bool = True,
+    on_translated: Callable[[int], None] | None = None,
+) -> Iterator[str]:
+    """The streaming, batching and ordering of `translate_lines`, for any engine: `translate_batch(sources)` turns
+    one batch of source token ids (unpadded, longest first, within `max_tokens` padded tokens) into one line of text
+    each. Sources longer than `limit` tokens (the engine's positions) are truncated with a warning."""
+    if max_tokens < 1 or sort_window < 1:
+        raise ValueError(f"max_tokens and sort_window must be positive, got {max_tokens} and {sort_window}")
     window: list[str] = []
     for line in lines:
         window.append(line)
         if len(window) >= sort_window:
-            yield from _translate_window(model, tokenizer, window, max_tokens, limit, truncation, on_translated,
-                                         generate_kwargs)
+            yield from _translate_window(translate_batch, tokenizer, window, max_tokens, limit, truncation,
+                                         on_translated)
             window = []
     if window:
-        yield from _translate_window(model, tokenizer, window, max_tokens, limit, truncation, on_translated,
-                                     generate_kwargs)
+        yield from _translate_window(translate_batch, tokenizer, window, max_tokens, limit, truncation, on_translated)
 
 
 def fitting_new_tokens(requested: int, limit: int) -> int:
@@ -92,7 +113,7 @@ def fitting_new_tokens(requested: int, limit: int) -> int:
     return limit
 
 
-def _translate_window(model, tokenizer, texts, max_tokens, limit, truncation, on_translated, generate_kwargs):
+def _translate_window(translate_batch, tokenizer, texts, max_tokens, limit, truncation, on_translated):
     results = [""] * len(texts)
     todo = [i for i, text in enumerate(texts) if text.strip()]
     if on_translated is not None and len(todo) < len(texts):
@@ -104,7 +125,7 @@ def _translate_window(model, tokenizer, texts, max_tokens, limit, truncation, on
     # Longest first: the most memory-hungry batch runs first, and similar lengths share a batch (little padding).
     order = sorted(todo, key=lambda i: len(sources[i]), reverse=True)
     for batch in _token_batches(order, sources, max_tokens):
-        for i, translation in zip(batch, _generate(model, tokenizer, [sources[i] for i in batch], generate_kwargs)):
+        for i, translation in zip(batch, translate_batch([sources[i] for i in batch])):
             results[i] = translation
         if on_translated is not None:
             on_translated(len(batch))
@@ -139,8 +160,13 @@ def _generate(model, tokenizer, sources: list[list[int]], generate_kwargs: dict)
     output_ids = output if isinstance(output, torch.Tensor) else output.sequences
     if output_ids.shape[0] != len(sources):
         raise ValueError("translate_lines needs one output per sentence (num_return_sequences=1)")
-    texts = tokenizer.batch_decode(output_ids.cpu(), skip_special_tokens=True)
-    return [" ".join(text.splitlines()) for text in texts]  # one line per translation, always
+    return decoded_lines(tokenizer, output_ids.cpu())
+
+
+def decoded_lines(tokenizer, rows) -> list[str]:
+    """The text of each row of token ids, special tokens left out, on one line each (a translation may contain a
+    line break, which would shift every following line of the output)."""
+    return [" ".join(text.splitlines()) for text in tokenizer.batch_decode(rows, skip_special_tokens=True)]
 
 
 # --- files ------------------------------------------------------------------------------------------------------
@@ -217,7 +243,7 @@ def load_model_and_tokenizer(folder: str, device: str | None = None):
         raise TranslateError(f"model folder {folder} does not exist")
     if not (path / "config.json").is_file():
         raise TranslateError(f"{folder} is not a saved model: it has no config.json")
-    if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+    if not _has_tokenizer(path):
         raise TranslateError(f"{folder} has no tokenizer (tokenizer.json): save the tokenizer with the model")
     problem = weights_problem(path)
     if problem is not None:
@@ -234,6 +260,38 @@ def load_model_and_tokenizer(folder: str, device: str | None = None):
     except (OSError, ValueError, RuntimeError) as error:
         raise TranslateError(f"cannot load the model from {folder}: {first_line(error)}") from None
     return model.to(device).eval(), tokenizer
+
+
+def load_translator(folder: str, device: str | None = None) -> Callable[..., Iterator[str]]:
+    """`translate(lines, **options)` (the options of `translate_lines`) for a model folder: a saved model, run with
+    PyTorch `generate()`, or a CTranslate2 export (`vaswani-mt export`), run with CTranslate2 — told apart by their
+    files. Either way the same streaming, batching, order and decoding defaults; problems are one TranslateError."""
+    from .export import is_export
+
+    if is_export(folder):
+        return _load_export(folder, device).translate_lines
+    model, tokenizer = load_model_and_tokenizer(folder, device)
+    return functools.partial(translate_lines, model, tokenizer)
+
+
+def _load_export(folder: str, device: str | None):
+    """A CTranslate2 export (`vaswani_mt.export.ExportedModel`), checked as `load_model_and_tokenizer` checks a model
+    folder: a missing tokenizer, decoding file, package or device is one TranslateError naming it."""
+    if not _has_tokenizer(Path(folder)):
+        raise TranslateError(f"{folder} is a CTranslate2 export without its tokenizer (tokenizer.json): export the "
+                             "model again with `vaswani-mt export --force`")
+    from .export import ExportedModel
+
+    try:
+        return ExportedModel(folder, device)
+    except (ImportError, ValueError) as error:
+        raise TranslateError(str(error)) from None
+    except (OSError, RuntimeError) as error:
+        raise TranslateError(f"cannot load the CTranslate2 export {folder}: {first_line(error)}") from None
+
+
+def _has_tokenizer(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json"))
 
 
 def _usable_device(name: str | None) -> str:
@@ -257,7 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="vaswani-mt translate",
         description="Translate one sentence per line with a trained model. Output line i translates input line i.",
     )
-    parser.add_argument("model", help="folder of a saved model and its tokenizer (e.g. runs/NAME/final)")
+    parser.add_argument("model", help="a saved model with its tokenizer, e.g. runs/NAME/model (what `vaswani-mt train` "
+                                      "writes), or a CTranslate2 export of one (`vaswani-mt export`: faster on a CPU)")
     parser.add_argument("--input", "-i", help="UTF-8 text file, one sentence per line (default: stdin)")
     parser.add_argument("--output", "-o", help="where to write the translations (default: stdout)")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
@@ -266,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-new-tokens", type=int,
                         help="longest translation in tokens (default: the model's, source length + 50)")
     parser.add_argument("--reference", "-r", help="reference translations: print sacreBLEU BLEU and chrF to stderr")
-    parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: cuda if available, else cpu)")
+    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     parser.add_argument("--sort-window", type=int, default=DEFAULT_SORT_WINDOW,
                         help="lines read, sorted by length and batched together (default: %(default)s)")
     return parser
@@ -325,7 +384,7 @@ def _run(args) -> int:
                 raise TranslateError(
                     f"--reference {args.reference} has {len(references)} lines but --input {args.input} has {count}"
                 )
-    model, tokenizer = load_model_and_tokenizer(args.model, args.device)
+    translate = load_translator(args.model, args.device)
     stream, name = _open_input(args.input)
     output = _Output(args.output)
     from tqdm.auto import tqdm
@@ -335,8 +394,8 @@ def _run(args) -> int:
     progress = tqdm(total=total, unit="sent", desc="translating", disable=not interactive, file=sys.stderr)
     hypotheses = [] if references is not None else None
     try:
-        for translation in translate_lines(
-            model, tokenizer, read_lines(stream, name), max_tokens=args.max_tokens, sort_window=args.sort_window,
+        for translation in translate(
+            read_lines(stream, name), max_tokens=args.max_tokens, sort_window=args.sort_window,
             num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, on_translated=progress.update,
         ):
             output.write(translation)
@@ -362,4 +421,5 @@ def _run(args) -> int:
     return 0
 
 
-__all__ = ["translate_lines", "read_lines", "load_model_and_tokenizer", "main", "TranslateError"]
+__all__ = ["TranslateError", "decoded_lines", "load_model_and_tokenizer", "load_translator", "main", "read_lines",
+           "translate_lines", "translate_stream"]
