@@ -1,4 +1,4 @@
-"""GPU speed: our model vs `MarianMTModel` with identical weights (`vaswani_mt.convert.to_marian`), on CUDA.
+"""GPU speed: our model vs `MarianMTModel` with identical weights (`vaswani_mt.model.convert.to_marian`), on CUDA.
 
     python scripts/bench_gpu.py --skip-decoding                              # training: small and base, fp32 and bf16
     python scripts/bench_gpu.py --skip-training --model runs/NAME/model --input test2016.en   # decoding
@@ -181,7 +181,7 @@ def _prepared(model, name: str, device: torch.device):
 def bench_training(args, device: torch.device) -> Section:
     """Rows: shape, precision, system, target tok/s, min–max, s/step, vs Marian, TFLOP/s estimate."""
     from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
-    from vaswani_mt.convert import to_marian
+    from vaswani_mt.model.convert import to_marian
 
     rows, disturbed = [], 0
     for shape in args.shapes:
@@ -243,7 +243,7 @@ def decoding_sources(args):
         return model, sources, model.config.pad_token_id, (
             f"NO --model: random weights of the small shape, nothing trained, {len(sources)} random sources of 6-29 "
             "tokens (outputs may differ on a GPU: near-tied logits)")
-    from vaswani_mt.translate import TranslateError, load_model_and_tokenizer
+    from vaswani_mt.inference.translate import TranslateError, load_model_and_tokenizer
 
     try:
         folder = find_model_folder(args.model)
@@ -267,7 +267,7 @@ def decoding_sources(args):
 def make_batches(sources: list[list[int]], batch_size: int, pad: int, limit: int, device) -> list[Batch]:
     """Sentences sorted longest first, in groups of `batch_size`, right-padded, on `device`; each with the model's
     default output limit: padded source length + 50 new tokens, at most `limit` (max_position_embeddings)."""
-    from vaswani_mt.modeling_vaswani import OUTPUT_LENGTH_MARGIN
+    from vaswani_mt.model.modeling_vaswani import OUTPUT_LENGTH_MARGIN
 
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
     batches = []
@@ -308,7 +308,7 @@ def per_sentence(outputs: list[torch.Tensor], batches: list[Batch], pad: int) ->
 
 def decoding_models(model, precision: str, device: torch.device) -> dict:
     """The three systems' models, cast to the precision, on the device (Marian built on the CPU from fp32)."""
-    from vaswani_mt.convert import to_marian
+    from vaswani_mt.model.convert import to_marian
 
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     ours = copy.deepcopy(model).to(device, dtype).eval()
@@ -391,7 +391,7 @@ def main(argv=None) -> int:
         print(f"bench_gpu.py: no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is False); "
               "nothing measured")
         return 0
-    from vaswani_mt.configuration_vaswani import PRESETS
+    from vaswani_mt.model.configuration_vaswani import PRESETS
 
     if unknown := [shape for shape in args.shapes if shape not in PRESETS]:
         raise SystemExit(f"bench_gpu.py: error: unknown shape {unknown[0]!r}; choose from {', '.join(PRESETS)}")

@@ -6,7 +6,7 @@
 Setup (as in /work/shared/notes/benchmarks.md): the "small" shape (d_model 256, 3+3 layers, 4 heads, FFN 1024,
 vocab 8000), random weights, 64 source sentences of 15 tokens, exactly 40 new tokens each (min = max new tokens, so
 </s> cannot end a hypothesis early), KV cache on, greedy and beam 4, torch with 2 threads. The Marian model is
-`vaswani_mt.convert.to_marian(ours)`: same function, same weights, and the script checks that both produce identical
+`vaswani_mt.model.convert.to_marian(ours)`: same function, same weights, and the script checks that both produce identical
 tokens. Rows:
 - `ours`: our `generate()` as shipped (the fast decoding loops of vaswani_mt/generation_vaswani.py);
 - `ours, transformers loop`: the same model with `use_fast_decoding = False` (transformers' own loops);
@@ -46,7 +46,7 @@ SENTENCES, SOURCE_TOKENS, NEW_TOKENS = 64, 15, 40
 
 def build_models(seed: int = 0):
     from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
-    from vaswani_mt.convert import to_marian
+    from vaswani_mt.model.convert import to_marian
 
     torch.manual_seed(seed)
     ours = VaswaniForConditionalGeneration(VaswaniConfig(**SMALL_SHAPE)).eval()
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
     ct2_match, workers, ct2_settings = {}, [], CT2_SETTINGS
     tmp = tempfile.TemporaryDirectory()
     if not args.no_ct2:
-        from vaswani_mt.export import export_ctranslate2
+        from vaswani_mt.inference.export import export_ctranslate2
 
         tokens = ["<pad>", "<unk>", "<s>", "</s>"] + [f"tok{i}" for i in range(4, ours.config.vocab_size)]
         folder = Path(tmp.name)

@@ -7,7 +7,7 @@
 The "small" shape (d_model 256, 3+3 layers, 4 heads, FFN 1024, vocab 8000, dropout 0.1), 266 sentence pairs of 15
 source and 15 target tokens (3990 target tokens per step, as in /work/shared/notes/benchmarks.md), torch with 2
 threads, fused Adam (betas 0.9/0.98, eps 1e-9) for both — transformers' Trainer's default optimizer is fused too.
-The Marian model is `vaswani_mt.convert.to_marian(ours)`. Each model uses its own loss (ours: token-level
+The Marian model is `vaswani_mt.model.convert.to_marian(ours)`. Each model uses its own loss (ours: token-level
 cross-entropy; Marian: mean cross-entropy) — the same computation.
 
 Precisions: `fp32`; `bf16` = `torch.autocast("cpu", torch.bfloat16)` around forward and loss, fp32 weights and
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
 
     from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
-    from vaswani_mt.convert import to_marian
+    from vaswani_mt.model.convert import to_marian
 
     torch.manual_seed(0)
     ours = VaswaniForConditionalGeneration(VaswaniConfig(**SMALL_SHAPE))

@@ -30,7 +30,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from vaswani_mt.translate import load_model_and_tokenizer, translate_lines
+    from vaswani_mt.inference.translate import load_model_and_tokenizer, translate_lines
 
     torch.set_num_threads(args.threads)
     folder = find_model_folder(args.run)

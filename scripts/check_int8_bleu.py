@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     import torch
     from transformers import AutoTokenizer
 
-    from vaswani_mt.export import export_ctranslate2, translate_with_ctranslate2
+    from vaswani_mt.inference.export import export_ctranslate2, translate_with_ctranslate2
     from vaswani_mt.metrics import corpus_scores
 
     folder = find_model_folder(args.run)
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
             seconds = time.perf_counter() - start
             rows.append((f"CTranslate2 {quantization}", corpus_scores(hypotheses, references), seconds))
     if args.hf:
-        from vaswani_mt.translate import load_model_and_tokenizer, translate_lines
+        from vaswani_mt.inference.translate import load_model_and_tokenizer, translate_lines
 
         model, tokenizer = load_model_and_tokenizer(str(folder), "cpu")
         start = time.perf_counter()

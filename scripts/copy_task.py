@@ -16,7 +16,7 @@ from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
 from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_mt.trainer import VaswaniTrainer, VaswaniTrainingArguments
+from vaswani_mt.recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments
 
 SYMBOLS = [str(i) for i in range(10)]  # the sequences are strings of these symbols
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]

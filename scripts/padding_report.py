@@ -36,9 +36,9 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     import datasets
 
-    from vaswani_mt.batching import TokenBudgetBatchSampler, pack_by_token_budget, padding_stats
-    from vaswani_mt.data import load_parallel, tokenize_dataset
-    from vaswani_mt.tokenization import train_tokenizer
+    from vaswani_mt.data.batching import TokenBudgetBatchSampler, pack_by_token_budget, padding_stats
+    from vaswani_mt.data.corpus import load_parallel, tokenize_dataset
+    from vaswani_mt.data.tokenization import train_tokenizer
 
     datasets.disable_progress_bars()
     started = time.perf_counter()

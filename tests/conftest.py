@@ -63,7 +63,7 @@ def multi30k_dir() -> Path:
 @pytest.fixture(scope="session")
 def multi30k_cleaned(multi30k_dir):
     """``(DatasetDict, CleaningReport)``: Multi30k en-de loaded with the default cleaning."""
-    from vaswani_mt.data import load_parallel
+    from vaswani_mt.data.corpus import load_parallel
 
     return load_parallel(multi30k_dir, "en", "de")
 
@@ -74,7 +74,7 @@ def multi30k_tokenizer_training(multi30k_cleaned):
     import time
     from types import SimpleNamespace
 
-    from vaswani_mt.tokenization import train_tokenizer
+    from vaswani_mt.data.tokenization import train_tokenizer
 
     started = time.perf_counter()
     tokenizer = train_tokenizer(multi30k_cleaned[0]["train"], vocab_size=8000)
@@ -89,7 +89,7 @@ def multi30k_tokenizer(multi30k_tokenizer_training):
 @pytest.fixture(scope="session")
 def multi30k_tokenized(multi30k_cleaned, multi30k_tokenizer):
     """Multi30k tokenised with ``multi30k_tokenizer``: splits with ``input_ids`` and ``labels``."""
-    from vaswani_mt.data import tokenize_dataset
+    from vaswani_mt.data.corpus import tokenize_dataset
 
     return tokenize_dataset(multi30k_cleaned[0], multi30k_tokenizer, "en", "de")
 

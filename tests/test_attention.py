@@ -7,7 +7,8 @@ import torch
 
 from tiny_tokenizer import SENTENCES
 from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_mt.attention import attention_maps, main, plot_attention
+from vaswani_mt.cli.attention import main
+from vaswani_mt.inference.heatmaps import attention_maps, plot_attention
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -7,8 +7,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from vaswani_mt import averaging
-from vaswani_mt.averaging import average_checkpoints, find_checkpoints, main
+from vaswani_mt.recipe import averaging
+from vaswani_mt.cli.average import main
+from vaswani_mt.recipe.averaging import average_checkpoints, find_checkpoints
 
 
 def _weights(seed: int) -> dict[str, torch.Tensor]:

@@ -9,7 +9,7 @@ from datasets import Dataset
 from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq
 
-from vaswani_mt.batching import TokenBudgetBatchSampler, pack_by_token_budget, padding_stats
+from vaswani_mt.data.batching import TokenBudgetBatchSampler, pack_by_token_budget, padding_stats
 
 
 def random_lengths(n=3000, seed=0, high=80):

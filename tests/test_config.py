@@ -115,7 +115,7 @@ def test_loading_a_saved_config_warns_about_nothing(tmp_path, caplog):
 
 
 def test_a_run_config_that_is_not_utf8_is_named_with_its_line(tmp_path):
-    from vaswani_mt.run_config import ConfigError, load_run_config
+    from vaswani_mt.recipe.config import ConfigError, load_run_config
 
     path = tmp_path / "latin1.yaml"
     path.write_bytes("output_dir: runs/x\n# caf\u00e9\n".encode("latin-1"))
@@ -124,7 +124,7 @@ def test_a_run_config_that_is_not_utf8_is_named_with_its_line(tmp_path):
 
 
 def test_max_position_embeddings_below_the_training_max_length_is_a_config_error(tmp_path):
-    from vaswani_mt.run_config import ConfigError, load_run_config
+    from vaswani_mt.recipe.config import ConfigError, load_run_config
 
     with pytest.raises(ConfigError, match=r"max_position_embeddings \(128\) is below data.max_length \(256\)"):
         load_run_config(None, {"data.path": str(tmp_path), "model.preset": "tiny", "data.max_length": 256})

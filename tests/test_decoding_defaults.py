@@ -73,7 +73,7 @@ def test_the_trainers_evaluation_leaves_the_models_decoding_defaults_alone(make_
     from transformers import DataCollatorForSeq2Seq
 
     from tiny_tokenizer import SENTENCES
-    from vaswani_mt.trainer import VaswaniTrainer, VaswaniTrainingArguments
+    from vaswani_mt.recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments
 
     model = make_tiny_model(vocab_size=len(tokenizer), final_logits_bias=True)
     model.final_logits_bias[0, tokenizer.eos_token_id] = -1e4  # never ends: outputs run to the length limit

@@ -11,10 +11,10 @@ from transformers import pipeline
 
 from tiny_tokenizer import SENTENCES
 from vaswani_mt import VaswaniForConditionalGeneration
-from vaswani_mt.attention import attention_maps
-from vaswani_mt.averaging import average_checkpoints
-from vaswani_mt.pipeline_vaswani import register_translation_pipeline
-from vaswani_mt.translate import translate_lines
+from vaswani_mt.inference.heatmaps import attention_maps
+from vaswani_mt.recipe.averaging import average_checkpoints
+from vaswani_mt.model.pipeline_vaswani import register_translation_pipeline
+from vaswani_mt.inference.translate import translate_lines
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -100,7 +100,7 @@ def test_checkpoints_saved_from_a_model_on_any_device_average_and_load(model, de
 
 def test_a_ctranslate2_export_of_a_model_on_any_device_matches_generate(model, tokenizer, device, tmp_path):
     pytest.importorskip("ctranslate2")
-    from vaswani_mt.export import export_ctranslate2, translate_with_ctranslate2
+    from vaswani_mt.inference.export import export_ctranslate2, translate_with_ctranslate2
 
     expected = _decode(model, tokenizer, SENTENCES[:3], num_beams=1, max_new_tokens=8)  # on the CPU, as CTranslate2
     model.to(device)

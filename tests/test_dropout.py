@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from vaswani_mt.modeling_vaswani import VaswaniDropout
+from vaswani_mt.model.modeling_vaswani import VaswaniDropout
 
 
 def test_dropout_drops_the_configured_fraction_and_keeps_the_expectation():

@@ -12,8 +12,9 @@ from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from vaswani_mt.export import DECODING_FILE, export_ctranslate2, main, translate_with_ctranslate2  # noqa: E402
-from vaswani_mt.translate import main as translate_main  # noqa: E402
+from vaswani_mt.cli.export import main  # noqa: E402
+from vaswani_mt.cli.translate import main as translate_main  # noqa: E402
+from vaswani_mt.inference.export import DECODING_FILE, export_ctranslate2, translate_with_ctranslate2  # noqa: E402
 
 UNSEEN = ["a cat runs on the grass .", "men play in the park .", "die frau kocht .", "snow", "a a a a a a ."]
 

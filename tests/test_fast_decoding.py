@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from transformers.generation.utils import GenerationMixin
 
-from vaswani_mt.generation_vaswani import DecodeLinear, IncrementalDecoder, _chunked_topk, _mkl_packing_available
+from vaswani_mt.model.generation_vaswani import DecodeLinear, IncrementalDecoder, _chunked_topk, _mkl_packing_available
 
 EOS = 3
 

@@ -229,7 +229,7 @@ def pushed(hub, tmp_path_factory):
 
 
 def test_push_uploads_the_model_folder_and_the_card_in_one_commit_and_nothing_else(hub, pushed):
-    from vaswani_mt.model_card import render_model_card
+    from vaswani_mt.publishing.model_card import render_model_card
 
     files = repo_files(hub.storage, REPO)
     assert set(files) == MODEL_FILES | {"README.md", ".gitattributes"}
@@ -478,7 +478,7 @@ def test_hub_refusals_after_the_checks_become_one_line_errors():
     """A 403 or 401 from create_repo/commit (e.g. a fine-grained token without write scope) is reported clearly."""
     from huggingface_hub.errors import HfHubHTTPError
 
-    from vaswani_mt.hub import PushError, _hub_errors
+    from vaswani_mt.publishing.hub import PushError, _hub_errors
 
     def refusal(status, message):
         response = SimpleNamespace(status_code=status, headers={"X-Error-Message": message}, request=None,
@@ -531,7 +531,7 @@ def test_card_metadata_parses_with_huggingface_hub_and_its_scores_are_those_of_m
     from huggingface_hub import ModelCard
     from huggingface_hub.repocard_data import model_index_to_eval_results
 
-    from vaswani_mt.model_card import render_model_card
+    from vaswani_mt.publishing.model_card import render_model_card
 
     card = ModelCard(render_model_card(run_dir, REPO))
     data = card.data.to_dict()
@@ -565,7 +565,7 @@ def test_card_metadata_parses_with_huggingface_hub_and_its_scores_are_those_of_m
 
 
 def test_card_body_reports_the_runs_numbers(run_dir):
-    from vaswani_mt.model_card import render_model_card
+    from vaswani_mt.publishing.model_card import render_model_card
 
     text = render_model_card(run_dir, REPO)
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -596,7 +596,7 @@ def test_card_body_reports_the_runs_numbers(run_dir):
 def test_a_missing_metric_is_left_out_of_the_card_not_invented(run_dir, tmp_path):
     from huggingface_hub import ModelCard
 
-    from vaswani_mt.model_card import render_model_card
+    from vaswani_mt.publishing.model_card import render_model_card
 
     def drop_chrf(metrics):
         del metrics["test"]["chrf"], metrics["test"]["chrf_signature"]
@@ -620,11 +620,11 @@ def test_card_licence_follows_the_flag_and_the_template_ships_inside_the_package
 
     from huggingface_hub import ModelCard
 
-    from vaswani_mt.model_card import TEMPLATE_NAME, fill_template, render_model_card
+    from vaswani_mt.publishing.model_card import TEMPLATE_NAME, fill_template, render_model_card
 
     data = ModelCard(render_model_card(run_dir, REPO, license="cc-by-nc-4.0")).data.to_dict()
     assert data["license"] == "cc-by-nc-4.0" and "license_name" not in data
-    assert resources.files("vaswani_mt").joinpath(TEMPLATE_NAME).is_file()
+    assert resources.files("vaswani_mt.publishing").joinpath(TEMPLATE_NAME).is_file()
     with pytest.raises(KeyError, match="unknown key 'nope'"):
         fill_template("{{ nope }}", {})
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vaswani_mt.loss import label_smoothed_cross_entropy
+from vaswani_mt.recipe.loss import label_smoothed_cross_entropy
 
 VOCAB = 11
 PAD = 1

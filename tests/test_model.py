@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModel, AutoModelForSeq2SeqLM, GenerationConfig
 
 from vaswani_mt import VaswaniForConditionalGeneration, VaswaniModel
-from vaswani_mt.modeling_vaswani import sinusoidal_table
+from vaswani_mt.model.modeling_vaswani import sinusoidal_table
 
 
 def _forward(model, batch, **kwargs):

@@ -8,8 +8,8 @@ from torch import nn
 from transformers import MarianConfig, MarianMTModel
 
 from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_mt.convert import from_marian, to_marian
-from vaswani_mt.modeling_vaswani import sinusoidal_table
+from vaswani_mt.model.convert import from_marian, to_marian
+from vaswani_mt.model.modeling_vaswani import sinusoidal_table
 
 
 def _copy_attention(ours, theirs: nn.MultiheadAttention):

@@ -14,7 +14,7 @@ from transformers import pipeline
 
 from tiny_tokenizer import SENTENCES
 from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_mt.pipeline_vaswani import (
+from vaswani_mt.model.pipeline_vaswani import (
     TranslationPipeline,
     register_translation_pipeline,
     right_align,
@@ -92,7 +92,7 @@ def test_an_over_long_source_is_truncated_to_max_positions_with_a_warning(model,
     text = " ".join(["dog"] * (limit + 20))
     assert len(tokenizer(text).input_ids) > limit
     pipe = pipeline("translation", model=model, tokenizer=tokenizer, device=device, num_beams=1, max_new_tokens=4)
-    with caplog.at_level(logging.WARNING, logger="vaswani_mt.pipeline_vaswani"):
+    with caplog.at_level(logging.WARNING, logger="vaswani_mt.model.pipeline_vaswani"):
         out = pipe(text)
     assert any("truncated" in r.getMessage() and str(limit) in r.getMessage() for r in caplog.records)
     truncated = tokenizer(text, truncation=True, max_length=limit, return_tensors="pt")

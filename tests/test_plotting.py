@@ -7,8 +7,9 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from vaswani_mt import plotting  # noqa: E402
-from vaswani_mt.plotting import plot_schedule, plot_training_curves  # noqa: E402
+from vaswani_mt.cli.plot_schedule import main as plot_schedule_command  # noqa: E402
+from vaswani_mt.publishing import plots as plotting  # noqa: E402
+from vaswani_mt.publishing.plots import plot_schedule, plot_training_curves  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -78,7 +79,7 @@ def test_missing_matplotlib_gives_install_hint(tmp_path, monkeypatch):
 @pytest.mark.parametrize("option", [["--pair", "512:0"], ["--pair", "0:4000"], ["--steps", "0"], ["--factor", "-1"]])
 def test_plot_schedule_refuses_zero_and_negative_values_in_one_line(tmp_path, capsys, option):
     with pytest.raises(SystemExit) as exit_info:
-        plotting.main_schedule([*option, "--out", str(tmp_path / "s.png")])
+        plot_schedule_command([*option, "--out", str(tmp_path / "s.png")])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "must be positive" in err or "two positive integers" in err
@@ -87,10 +88,10 @@ def test_plot_schedule_refuses_zero_and_negative_values_in_one_line(tmp_path, ca
 
 def test_plot_schedule_says_where_it_wrote_and_its_help_names_the_default(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert plotting.main_schedule(["--pair", "256:800", "--steps", "50"]) == 0
+    assert plot_schedule_command(["--pair", "256:800", "--steps", "50"]) == 0
     captured = capsys.readouterr()
     _assert_png(tmp_path / "noam_schedule.png")
     assert captured.err == f"wrote {tmp_path / 'noam_schedule.png'} (1 curve)\n" and captured.out == ""
     with pytest.raises(SystemExit):
-        plotting.main_schedule(["--help"])
+        plot_schedule_command(["--help"])
     assert "noam_schedule.png in the current folder" in " ".join(capsys.readouterr().out.split())

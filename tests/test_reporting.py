@@ -1,4 +1,4 @@
-"""What `vaswani-mt train` tells its user while it runs and at its end (`vaswani_mt.reporting`); the same output of a
+"""What `vaswani-mt train` tells its user while it runs and at its end (`vaswani_mt.cli.reporting`); the same output of a
 real run is checked in tests/test_train_cli.py."""
 
 import io
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from vaswani_mt import reporting
-from vaswani_mt.reporting import TrainingProgress, duration, run_summary
+from vaswani_mt.cli import reporting
+from vaswani_mt.cli.reporting import TrainingProgress, duration, run_summary
 
 
 class Clock:
@@ -97,7 +97,7 @@ def test_labelled_progress_bars_on_a_terminal(clock, monkeypatch):
 def test_install_replaces_the_trainers_own_display(model, tokenizer, tmp_path):
     from transformers import PrinterCallback, ProgressCallback
 
-    from vaswani_mt.trainer import VaswaniTrainer, VaswaniTrainingArguments
+    from vaswani_mt.recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments
 
     for disable_tqdm in (True, False):
         args = VaswaniTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, disable_tqdm=disable_tqdm)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from vaswani_mt.schedule import NoamLR, make_adam, noam_curve, noam_lr
+from vaswani_mt.recipe.schedule import NoamLR, make_adam, noam_curve, noam_lr
 
 
 def _optimizer(num_groups: int = 1) -> torch.optim.Adam:

@@ -6,7 +6,7 @@ import pytest
 from datasets import Dataset, DatasetDict
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from vaswani_mt.tokenization import byte_token, normalize_text, train_tokenizer
+from vaswani_mt.data.tokenization import byte_token, normalize_text, train_tokenizer
 
 SMALL_CORPUS = [
     "A man in a blue shirt is standing on a ladder.",

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
-from vaswani_mt.run_config import ConfigError, load_run_config, parse_overrides
-from vaswani_mt.train import main as train_main
-from vaswani_mt.trainer import SAVING_MARKER, complete_checkpoints, is_complete_checkpoint
+from vaswani_mt.recipe.config import ConfigError, load_run_config, parse_overrides
+from vaswani_mt.cli.train import main as train_main
+from vaswani_mt.recipe.trainer import SAVING_MARKER, complete_checkpoints, is_complete_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -165,7 +165,7 @@ def test_the_train_command_runs_under_torchrun_with_two_processes(tmp_path, smal
            "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "-m", "vaswani_mt.train", "--config", str(config)],
+         "-m", "vaswani_mt.cli.train", "--config", str(config)],
         capture_output=True, text=True, env=env, timeout=300, cwd=REPO,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -353,7 +353,7 @@ def test_a_checkpoint_missing_a_file_it_must_have_does_not_count_and_resume_remo
                                                                                        damage):
     """The one completeness rule (vaswani_mt.files.checkpoint_problem): `--resume`, averaging at the end of training
     and `vaswani-mt average --run-dir` all read it."""
-    from vaswani_mt.averaging import find_checkpoints
+    from vaswani_mt.recipe.averaging import find_checkpoints
     from vaswani_mt.files import remove_incomplete_checkpoints
 
     checkpoints = _copy_run(reference_run, tmp_path / "run") / "checkpoints"
@@ -416,7 +416,7 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line_naming_it(tmp_path, s
 
 
 def test_training_torch_compile_reaches_the_trainers_arguments(tmp_path, small_corpus):
-    from vaswani_mt.train import _training_arguments
+    from vaswani_mt.cli.train import _training_arguments
 
     config = load_run_config(str(tiny_config(tmp_path, small_corpus)),
                              parse_overrides(["--training.torch_compile", "true"]))

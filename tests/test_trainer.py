@@ -31,9 +31,9 @@ if str(TESTS_DIR) not in sys.path:
 from trainer_helpers import common  # noqa: E402
 from trainer_helpers.common import PER_DEVICE_BATCH  # noqa: E402
 
-from vaswani_mt.loss import label_smoothed_cross_entropy  # noqa: E402
-from vaswani_mt.schedule import NoamLR, noam_lr  # noqa: E402
-from vaswani_mt.trainer import VaswaniTrainer, VaswaniTrainingArguments, bleu_chrf_metrics  # noqa: E402
+from vaswani_mt.recipe.loss import label_smoothed_cross_entropy  # noqa: E402
+from vaswani_mt.recipe.schedule import NoamLR, noam_lr  # noqa: E402
+from vaswani_mt.recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments, bleu_chrf_metrics  # noqa: E402
 
 REL = 1e-5  # relative tolerance for losses and gradient norms computed with different batch layouts
 DDP_TIMEOUT_SECONDS = 300  # below pytest-timeout's 600 s, so the failure shows torchrun's output

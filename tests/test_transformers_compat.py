@@ -11,11 +11,11 @@ import torch
 from transformers import pipeline
 from transformers.generation.utils import GenerationMixin
 
-import vaswani_mt.generation_vaswani as generation
+import vaswani_mt.model.generation_vaswani as generation
 from tiny_tokenizer import SENTENCES
-from vaswani_mt.pipeline_vaswani import TranslationPipeline, register_translation_pipeline
+from vaswani_mt.model.pipeline_vaswani import TranslationPipeline, register_translation_pipeline
 
-LOGGER = "vaswani_mt.generation_vaswani"
+LOGGER = "vaswani_mt.model.generation_vaswani"
 
 
 @pytest.fixture(autouse=True)
@@ -172,7 +172,7 @@ def test_the_translation_task_registers_with_and_without_removed_tasks(model, to
 # -- the Trainer ------------------------------------------------------------------------------------------------
 
 def _trainer(model, tokenizer, tmp_path):
-    from vaswani_mt.trainer import VaswaniTrainer, VaswaniTrainingArguments
+    from vaswani_mt.recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments
 
     args = VaswaniTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, max_tokens=64)
     return VaswaniTrainer(model=model, args=args, processing_class=tokenizer)
@@ -183,12 +183,12 @@ def test_a_missing_trainer_hook_is_named_at_construction_without_an_exception(mo
                                                                               monkeypatch, caplog, name):
     from transformers import Seq2SeqTrainer
 
-    from vaswani_mt.trainer import TRAINER_PRIVATE_HOOKS
+    from vaswani_mt.recipe.trainer import TRAINER_PRIVATE_HOOKS
 
     assert name in TRAINER_PRIVATE_HOOKS
     owner = next(cls for cls in Seq2SeqTrainer.__mro__ if name in vars(cls))
     monkeypatch.delattr(owner, name)
-    with caplog.at_level(logging.WARNING, logger="vaswani_mt.trainer"):
+    with caplog.at_level(logging.WARNING, logger="vaswani_mt.recipe.trainer"):
         _trainer(model, tokenizer, tmp_path)
     assert f"has no {name}" in caplog.text
 
@@ -224,7 +224,7 @@ def test_the_mkl_self_check_leaves_the_global_random_stream_alone(monkeypatch):
 def test_without_the_config_mapping_constant_a_vaswani_folder_still_needs_its_auto_map(monkeypatch):
     import transformers.models.auto.configuration_auto as configuration_auto
 
-    from vaswani_mt.pipeline_vaswani import _is_builtin_model_type
+    from vaswani_mt.model.pipeline_vaswani import _is_builtin_model_type
 
     assert _is_builtin_model_type("marian") and not _is_builtin_model_type("vaswani")
     monkeypatch.delattr(configuration_auto, "CONFIG_MAPPING_NAMES")

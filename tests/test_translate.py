@@ -9,7 +9,8 @@ import torch
 
 from tiny_tokenizer import SENTENCES
 from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_mt.translate import main, translate_lines
+from vaswani_mt.cli.translate import main
+from vaswani_mt.inference.translate import translate_lines
 
 
 @pytest.fixture
@@ -217,7 +218,7 @@ def test_an_unusable_device_is_refused_in_one_line(model_dir, capsys, device):
 def test_a_full_disk_is_reported_with_the_output_file(model_dir, tmp_path, capsys, monkeypatch):
     import errno
 
-    from vaswani_mt import translate
+    from vaswani_mt.cli import translate
 
     class FullDisk(io.StringIO):
         def write(self, text):

@@ -6,17 +6,17 @@ Importing the package registers the model with transformers' Auto classes, so th
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
-from .averaging import average_checkpoints, find_checkpoints
-from .batching import TokenBudgetBatchSampler, padding_stats
-from .configuration_vaswani import PRESETS, VaswaniConfig
-from .data import CleaningOptions, CleaningReport, DataError, load_parallel, tokenize_dataset
-from .loss import label_smoothed_cross_entropy
+from .recipe.averaging import average_checkpoints, find_checkpoints
+from .data.batching import TokenBudgetBatchSampler, padding_stats
+from .model.configuration_vaswani import PRESETS, VaswaniConfig
+from .data.corpus import CleaningOptions, CleaningReport, DataError, load_parallel, tokenize_dataset
+from .recipe.loss import label_smoothed_cross_entropy
 from .metrics import corpus_scores, load_metric, moses_tokenized_bleu
-from .modeling_vaswani import VaswaniForConditionalGeneration, VaswaniModel, VaswaniPreTrainedModel
-from .pipeline_vaswani import TranslationPipeline, register_translation_pipeline, save_for_pipeline
-from .schedule import NoamLR, make_adam, noam_curve, noam_lr
-from .tokenization import normalize_text, train_tokenizer
-from .trainer import VaswaniTrainer, VaswaniTrainingArguments
+from .model.modeling_vaswani import VaswaniForConditionalGeneration, VaswaniModel, VaswaniPreTrainedModel
+from .model.pipeline_vaswani import TranslationPipeline, register_translation_pipeline, save_for_pipeline
+from .recipe.schedule import NoamLR, make_adam, noam_curve, noam_lr
+from .data.tokenization import normalize_text, train_tokenizer
+from .recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments
 
 __version__ = "0.1.0"
 

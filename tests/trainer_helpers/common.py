@@ -12,7 +12,7 @@ from torch.utils.data import SequentialSampler
 from transformers import PreTrainedTokenizerFast, TrainerCallback
 
 from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_mt.trainer import VaswaniTrainer, VaswaniTrainingArguments
+from vaswani_mt.recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]

@@ -18,8 +18,9 @@ import signal
 import sys
 from pathlib import Path
 
-from vaswani_mt import files, trainer
-from vaswani_mt.train import main
+from vaswani_mt import files
+from vaswani_mt.recipe import trainer
+from vaswani_mt.cli.train import main
 
 
 def kill() -> None:

@@ -17,15 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
-from .batching import TokenBudgetBatchSampler
-from .files import (SAVING_MARKER, begin_checkpoint, complete_checkpoints, finish_checkpoint,  # noqa: F401
+from ..data.batching import TokenBudgetBatchSampler
+from ..files import (SAVING_MARKER, begin_checkpoint, complete_checkpoints, finish_checkpoint,  # noqa: F401
                     is_complete_checkpoint, rotate_checkpoints, share_weights, writing)
 from .loss import label_smoothed_cross_entropy
-from .metrics import corpus_scores
+from ..metrics import corpus_scores
 from .schedule import NoamLR, make_adam
 
 logger = logging.getLogger(__name__)
@@ -269,22 +268,22 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if self.args.should_save and Path(folder).is_dir():
             share_weights(folder)
         if self.args.push_to_hub and self.args.should_save:
-            from .hub import add_pipeline_code
+            from ..publishing.hub import add_pipeline_code
 
             add_pipeline_code(folder)
 
     def create_model_card(self, **kwargs) -> None:
-        """vaswani_mt's card (`vaswani_mt.model_card`) as README.md instead of the Trainer's generic draft, and the
+        """vaswani_mt's card (`vaswani_mt.publishing.model_card`) as README.md instead of the Trainer's generic draft, and the
         pipeline code in the output folder; `push_to_hub` calls this just before uploading."""
         if self.is_world_process_zero():
-            from .hub import prepare_trainer_push
+            from ..publishing.hub import prepare_trainer_push
 
             prepare_trainer_push(self, **kwargs)
 
     def _push_from_checkpoint(self, checkpoint_folder: str, *args, **kwargs) -> None:
         # The Trainer copies only weights and configs from the checkpoint: bring the code and the card along.
         if self.is_world_process_zero() and self.args.hub_strategy != "end":
-            from .hub import prepare_trainer_push
+            from ..publishing.hub import prepare_trainer_push
 
             prepare_trainer_push(self, checkpoint_folder)
         super()._push_from_checkpoint(checkpoint_folder, *args, **kwargs)

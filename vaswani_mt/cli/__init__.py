@@ -9,13 +9,13 @@ import sys
 
 # sub-command -> (module, function taking argv and returning an exit code, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "train": ("vaswani_mt.train", "main", "train a model with the paper's recipe from a YAML config"),
-    "translate": ("vaswani_mt.translate", "main", "translate a file or stdin with a trained model"),
-    "export": ("vaswani_mt.export", "main", "export a model for fast inference (CTranslate2)"),
-    "attention": ("vaswani_mt.attention", "main", "draw attention heatmaps for a sentence"),
-    "average": ("vaswani_mt.averaging", "main", "average the weights of several checkpoints (§6.1)"),
-    "plot-schedule": ("vaswani_mt.plotting", "main_schedule", "draw Noam learning-rate curves (§5.3)"),
-    "push": ("vaswani_mt.hub", "main", "push a trained run to the Hugging Face Hub with its model card"),
+    "train": ("vaswani_mt.cli.train", "main", "train a model with the paper's recipe from a YAML config"),
+    "translate": ("vaswani_mt.cli.translate", "main", "translate a file or stdin with a trained model"),
+    "export": ("vaswani_mt.cli.export", "main", "export a model for fast inference (CTranslate2)"),
+    "attention": ("vaswani_mt.cli.attention", "main", "draw attention heatmaps for a sentence"),
+    "average": ("vaswani_mt.cli.average", "main", "average the weights of several checkpoints (§6.1)"),
+    "plot-schedule": ("vaswani_mt.cli.plot_schedule", "main", "draw Noam learning-rate curves (§5.3)"),
+    "push": ("vaswani_mt.cli.push", "main", "push a trained run to the Hugging Face Hub with its model card"),
 }
 
 

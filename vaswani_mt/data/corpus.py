@@ -20,7 +20,7 @@ Sources (``source`` argument):
 
 Cleaning rule (documented contract)
     Every split gets *normalisation*: HTML entities are unescaped (``&amp;`` → ``&``) and the text goes
-    through :func:`vaswani_mt.tokenization.normalize_text` (NFKC, whitespace runs → one space, strip),
+    through :func:`vaswani_mt.data.tokenization.normalize_text` (NFKC, whitespace runs → one space, strip),
     the same normalisation the tokenizer applies. Only the splits in ``CleaningOptions.filter_splits``
     (by default just ``train``) are *filtered*: pairs that are empty, placeholders (a side with no
     letter or digit, like Multi30k's ``@@``), too long, of extreme length ratio or (if asked) exact
@@ -86,7 +86,7 @@ class CleaningOptions:
     Attributes:
         unescape_html: replace HTML entities (``&amp;``, ``&quot;``, ``&#39;``) by their characters
             (see :func:`unescape_html`).
-        normalize: apply :func:`~vaswani_mt.tokenization.normalize_text` (the tokenizer's normalisation).
+        normalize: apply :func:`~vaswani_mt.data.tokenization.normalize_text` (the tokenizer's normalisation).
         drop_empty: drop pairs with an empty side (after normalisation).
         drop_placeholders: drop pairs where a side has no letter or digit at all (``@@``, ``...``).
         max_length: drop pairs with a side longer than this, in ``length_unit`` (None: no limit).
@@ -724,7 +724,7 @@ def tokenize_dataset(
     Both end with ``</s>`` and are *not padded*: pad per batch with
     ``DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100)``, which also builds the
     ``attention_mask`` (so none is stored unless ``with_attention_mask=True``). The ``translation``
-    column is removed. Lengths for :class:`~vaswani_mt.batching.TokenBudgetBatchSampler` are read from
+    column is removed. Lengths for :class:`~vaswani_mt.data.batching.TokenBudgetBatchSampler` are read from
     the two columns.
 
     Each split is tokenised once with a batched ``Dataset.map``; datasets backed by cache files (e.g.

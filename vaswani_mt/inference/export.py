@@ -34,11 +34,9 @@ thread (``inter_threads``) beat one worker with several threads.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
-import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -267,7 +265,7 @@ def decoding_defaults(model) -> dict:
     """How `model.generate()` decodes when given nothing (ours: §6.1), for `vaswani-mt translate EXPORT` to decode
     the same way: beams, length penalty, and the output limit — `max_new_tokens` when the generation config fixes
     one, else the source length (padded, per batch) + `length_margin`, at most `max_position_embeddings`."""
-    from .modeling_vaswani import OUTPUT_LENGTH_MARGIN
+    from ..model.modeling_vaswani import OUTPUT_LENGTH_MARGIN
 
     generation = model.generation_config
     return {
@@ -360,7 +358,7 @@ def is_export(folder) -> bool:
 
 class ExportedModel:
     """A CTranslate2 export, ready to translate as `vaswani-mt translate` translates with a saved model: the same
-    streaming, batching and order (`vaswani_mt.translate.translate_stream`), and the exported model's own decoding
+    streaming, batching and order (`vaswani_mt.inference.translate.translate_stream`), and the exported model's own decoding
     defaults (`DECODING_FILE`), so a float32 export returns what `generate()` returns.
 
     `device`: "cpu", "cuda" or "cuda:N" (default: cuda when CTranslate2 sees a GPU). On the CPU it computes with
@@ -383,7 +381,7 @@ class ExportedModel:
 
     def translate_lines(self, lines: Iterable[str], *, num_beams: int | None = None,
                         max_new_tokens: int | None = None, **stream_options) -> Iterator[str]:
-        """`vaswani_mt.translate.translate_lines` with this export in place of `generate()`: the same options and
+        """`vaswani_mt.inference.translate.translate_lines` with this export in place of `generate()`: the same options and
         results (`max_tokens`, `sort_window`, `truncation`, `on_translated`)."""
         from .translate import fitting_new_tokens, translate_stream
 
@@ -423,33 +421,5 @@ def _ctranslate2_device(ctranslate2, name: str | None) -> tuple[str, int]:
     raise ValueError(f"device {name!r} cannot be used: CTranslate2 runs on cpu, cuda or cuda:N")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="vaswani-mt export", description="Export a trained model for fast inference."
-    )
-    parser.add_argument("--to", choices=["ctranslate2"], default="ctranslate2", help="target format")
-    parser.add_argument("model", help="saved model folder (with its tokenizer)")
-    parser.add_argument("out", help="output folder")
-    parser.add_argument("--quantization", choices=QUANTIZATIONS,
-                        help="weight type, e.g. int8 (default: keep float32)")
-    parser.add_argument("--force", action="store_true",
-                        help="replace a previous export in the output folder (never any other folder)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        out = export_ctranslate2(args.model, args.out, quantization=args.quantization, force=args.force)
-    except ImportError as error:
-        print(f"vaswani-mt export: error: {error}", file=sys.stderr)
-        return 1
-    except (FileNotFoundError, ValueError, RuntimeError) as error:
-        print(f"vaswani-mt export: error: {error}", file=sys.stderr)
-        return 1
-    print(f"wrote CTranslate2 model to {out}", file=sys.stderr)
-    return 0
-
-
 __all__ = ["DECODING_FILE", "ExportedModel", "INSTALL_HINT", "build_spec", "decoding_defaults", "export_ctranslate2",
-           "is_export", "main", "translate_with_ctranslate2", "vocabulary"]
+           "is_export", "translate_with_ctranslate2", "vocabulary"]

@@ -10,7 +10,7 @@ on valid; translate the test split with beam search and score it; write the run 
     config.yaml  train.log  tokenizer/  checkpoints/  model/  metrics.json  test.hyp  plots/
 
 What it prints goes to stderr (and train.log); stdout stays empty. On a terminal, labelled progress bars; in a log
-file, one progress line per logging step and per translation pass (`vaswani_mt.reporting`); at the end, a summary:
+file, one progress line per logging step and per translation pass (`vaswani_mt.cli.reporting`); at the end, a summary:
 the model folder, the test scores with their signatures, the time taken and the commands to run next.
 
 Runs the same under `torchrun --nproc_per_node N` or `accelerate launch --multi_gpu --num_processes N` (see
@@ -29,19 +29,42 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, DataCollatorForSeq2Seq, TrainerCallback, TrainerState, set_seed
+from transformers import (
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    TrainerCallback,
+    TrainerState,
+    set_seed,
+)
 
-from .averaging import average_checkpoints
-from .configuration_vaswani import VaswaniConfig
-from .data import CleaningOptions, DataError, load_parallel, tokenize_dataset
-from .files import (describe_os_error, last_saves, remove_incomplete_checkpoints, share_weights, write_atomically,
-                    writing)
-from .metrics import corpus_scores, moses_tokenized_bleu
-from .modeling_vaswani import VaswaniForConditionalGeneration
+from ..data.corpus import CleaningOptions, DataError, load_parallel, tokenize_dataset
+from ..data.tokenization import normalize_text, train_tokenizer
+from ..files import (
+    describe_os_error,
+    last_saves,
+    remove_incomplete_checkpoints,
+    share_weights,
+    write_atomically,
+    writing,
+)
+from ..metrics import corpus_scores, moses_tokenized_bleu
+from ..model.configuration_vaswani import VaswaniConfig
+from ..model.modeling_vaswani import VaswaniForConditionalGeneration
+from ..recipe.averaging import average_checkpoints
+from ..recipe.config import (
+    ConfigError,
+    RunConfig,
+    load_run_config,
+    parse_overrides,
+    save_run_config,
+)
+from ..recipe.trainer import (
+    VaswaniTrainer,
+    VaswaniTrainingArguments,
+    complete_checkpoints,
+    is_complete_checkpoint,
+)
 from .reporting import TrainingProgress, run_summary
-from .run_config import ConfigError, RunConfig, load_run_config, parse_overrides, save_run_config
-from .tokenization import normalize_text, train_tokenizer
-from .trainer import VaswaniTrainer, VaswaniTrainingArguments, complete_checkpoints, is_complete_checkpoint
 
 logger = logging.getLogger("vaswani_mt.train")
 
@@ -333,7 +356,7 @@ def _restore_ended_training(trainer: VaswaniTrainer, state: TrainerState, checkp
 def _add_pipeline_code(model, tokenizer, folder: Path) -> None:
     """Make `pipeline("translation", model=folder, trust_remote_code=True)` work with stock transformers."""
     try:
-        from .pipeline_vaswani import save_for_pipeline
+        from ..model.pipeline_vaswani import save_for_pipeline
     except ImportError:  # pragma: no cover - the pipeline module is part of the package
         return
     save_for_pipeline(model, tokenizer, folder)
@@ -341,7 +364,7 @@ def _add_pipeline_code(model, tokenizer, folder: Path) -> None:
 
 def _plot(history: list[dict], folder: Path) -> None:
     try:
-        from .plotting import plot_training_curves
+        from ..publishing.plots import plot_training_curves
     except ImportError:
         logger.info("matplotlib not installed: no plots (pip install 'vaswani-mt[plot]')")
         return

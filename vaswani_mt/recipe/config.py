@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-SHIPPED_CONFIGS = Path(__file__).parent / "configs"
+SHIPPED_CONFIGS = Path(__file__).parent.parent / "configs"
 
 
 class ConfigError(ValueError):
@@ -197,7 +197,7 @@ def load_run_config(name_or_path: str | None, overrides: dict[str, Any] | None =
 
 def validate(config: RunConfig) -> None:
     """Rules beyond types, checked before any work starts."""
-    from .configuration_vaswani import PRESETS, VaswaniConfig
+    from ..model.configuration_vaswani import PRESETS, VaswaniConfig
 
     t = config.training
     positive = {"training.max_tokens": t.max_tokens, "training.warmup_steps": t.warmup_steps,

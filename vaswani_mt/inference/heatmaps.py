@@ -19,14 +19,12 @@ without plotting.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from .pipeline_vaswani import encode_source
+from ..model.pipeline_vaswani import encode_source
 
 INSTALL_HINT = 'attention heatmaps need matplotlib: pip install "vaswani-mt[plot]"'
 KINDS = (("encoder-self", "encoder"), ("decoder-self", "decoder"), ("encoder-decoder", "cross"))
@@ -99,7 +97,7 @@ def _label(token: str) -> str:
     return token.replace("$", r"\$")  # matplotlib reads $...$ as math
 
 
-def _import_matplotlib():
+def require_matplotlib():
     try:
         from matplotlib.figure import Figure
     except ImportError as error:
@@ -114,7 +112,7 @@ def plot_attention(model, tokenizer, sentence: str, out_dir, target: str | None 
     figure per attention kind with one panel per selected head (default all). Returns the files written, in the
     order encoder-self, decoder-self, encoder-decoder, by layer. `maps` reuses an :func:`attention_maps` result;
     `max_new_tokens` limits the greedy translation drawn when no `target` is given."""
-    Figure = _import_matplotlib()
+    Figure = require_matplotlib()
     config = model.config
     selected_layers = {  # checked before any work
         "encoder": _select(layers, config.encoder_layers, "encoder layer"),
@@ -157,43 +155,4 @@ def plot_attention(model, tokenizer, sentence: str, out_dir, target: str | None 
     return written
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="vaswani-mt attention",
-        description="Draw encoder, decoder and encoder-decoder attention heatmaps for one sentence.",
-    )
-    parser.add_argument("model", help="saved model folder (with its tokenizer)")
-    parser.add_argument("sentence", help="source sentence")
-    parser.add_argument("--out", required=True, help="folder for the PNG files")
-    parser.add_argument("--target", help="translation to analyse (default: the model's greedy translation)")
-    parser.add_argument("--max-new-tokens", type=int,
-                        help="longest greedy translation when no --target is given (default: source length + 50)")
-    parser.add_argument("--layers", type=int, nargs="+", help="layers to draw, from 0 (default: all)")
-    parser.add_argument("--heads", type=int, nargs="+", help="heads to draw, from 0 (default: all)")
-    parser.add_argument("--device", help="torch device (default: cpu)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        _import_matplotlib()
-        from .translate import TranslateError, load_model_and_tokenizer
-
-        try:
-            model, tokenizer = load_model_and_tokenizer(args.model, args.device or "cpu")
-        except TranslateError as error:
-            raise ValueError(str(error)) from None
-        maps = attention_maps(model, tokenizer, args.sentence, args.target, max_new_tokens=args.max_new_tokens)
-        paths = plot_attention(model, tokenizer, args.sentence, args.out, layers=args.layers, heads=args.heads,
-                               maps=maps)
-    except (ImportError, ValueError) as error:
-        print(f"vaswani-mt attention: error: {error}", file=sys.stderr)
-        return 1
-    print(f"translation: {maps['translation']}", file=sys.stderr)
-    for path in paths:
-        print(path)
-    return 0
-
-
-__all__ = ["attention_maps", "plot_attention", "main", "INSTALL_HINT"]
+__all__ = ["attention_maps", "plot_attention", "INSTALL_HINT"]

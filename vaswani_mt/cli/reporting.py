@@ -9,7 +9,7 @@ log file. `TrainingProgress` replaces it with the same facts in both places:
 * elsewhere (a log file, CI, nohup; `disable_tqdm` on): one line per logging step with those facts, and for each
   translation pass a line when it starts, one every `every_seconds` and one with its scores when it ends.
 
-Every line also goes to the run's `train.log` (through the `vaswani_mt.train` logger).
+Every line also goes to the run's `train.log` (through the `vaswani_mt.cli.train` logger).
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ def trainer_facts(trainer) -> dict[str, Any]:
         "world_size": args.world_size,
     }
     if state.global_step:
-        from .train import _hardware
+        from ..cli.train import _hardware
 
         training["hardware"] = _hardware()
     recorded_steps = (metrics.get("training") or {}).get("steps")
@@ -172,7 +172,7 @@ def trainer_model_card(trainer, language=None, license=None, tags=None, model_na
 # --- rendering ------------------------------------------------------------------------------------------------------
 
 def load_template() -> str:
-    return resources.files("vaswani_mt").joinpath(TEMPLATE_NAME).read_text(encoding="utf-8")
+    return resources.files("vaswani_mt.publishing").joinpath(TEMPLATE_NAME).read_text(encoding="utf-8")
 
 
 def fill_template(template: str, values: dict[str, Any]) -> str:

@@ -4,7 +4,7 @@
 
 What is uploaded, in one commit: the files of ``RUN_DIR/model/`` (weights, config.json with ``auto_map`` and
 ``custom_pipelines``, generation config, tokenizer, ``modeling_vaswani.py``, ``configuration_vaswani.py``,
-``pipeline_vaswani.py``) and ``README.md``, the card rendered from the run (:mod:`vaswani_mt.model_card`). Nothing else
+``pipeline_vaswani.py``) and ``README.md``, the card rendered from the run (:mod:`vaswani_mt.publishing.model_card`). Nothing else
 of the run folder (no checkpoints, logs or optimizer states). Afterwards, with stock transformers and without
 vaswani_mt::
 
@@ -21,13 +21,11 @@ The endpoint is huggingface_hub's (``HF_ENDPOINT``, default https://huggingface.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
-from .files import first_line
+from ..files import first_line
 
 MODEL_DIR = "model"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -117,14 +115,14 @@ def _pipeline_additions(model_dir: Path) -> dict[str, bytes]:
     """For a model folder saved without the pipeline code (older runs): the pipeline file and a config.json with
     ``custom_pipelines``, so ``pipeline("translation", model=repo, trust_remote_code=True)`` works."""
     config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    from .pipeline_vaswani import custom_pipelines_entry
+    from ..model.pipeline_vaswani import custom_pipelines_entry
 
     entry = custom_pipelines_entry()
     if (model_dir / PIPELINE_FILE).is_file() and all(
             (config.get("custom_pipelines") or {}).get(task) == value for task, value in entry.items()):
         return {}
     config["custom_pipelines"] = {**(config.get("custom_pipelines") or {}), **entry}
-    source = Path(__file__).with_name(PIPELINE_FILE)
+    source = Path(__file__).parent.parent / "model" / PIPELINE_FILE
     return {"config.json": (json.dumps(config, indent=2, sort_keys=True) + "\n").encode(),
             PIPELINE_FILE: source.read_bytes()}
 
@@ -256,7 +254,6 @@ def _server_message(error) -> str | None:
     return message if isinstance(message, str) else None
 
 
-
 # --- Trainer pushes -------------------------------------------------------------------------------------------------
 
 def add_pipeline_code(folder) -> bool:
@@ -266,7 +263,7 @@ def add_pipeline_code(folder) -> bool:
     folder = Path(folder)
     if not (folder / "config.json").is_file() or not any((folder / n).is_file() for n in TOKENIZER_FILES):
         return False
-    from .pipeline_vaswani import save_for_pipeline
+    from ..model.pipeline_vaswani import save_for_pipeline
 
     save_for_pipeline(None, None, folder)
     return True
@@ -291,58 +288,7 @@ def prepare_trainer_push(trainer, checkpoint_folder=None, **card_kwargs) -> None
 
 # --- command line ---------------------------------------------------------------------------------------------------
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="vaswani-mt push",
-        description="Upload a trained run (its model/ folder and a model card) to the Hugging Face Hub.",
-        epilog="Log in first with `hf auth login` or set HF_TOKEN. The model then loads anywhere with "
-               "AutoModelForSeq2SeqLM.from_pretrained(REPO_ID, trust_remote_code=True).",
-    )
-    parser.add_argument("run_dir", help="the run folder written by `vaswani-mt train` (with model/ and metrics.json)")
-    parser.add_argument("repo_id", help="<user or organization>/<model name> (a bare name means your user)")
-    parser.add_argument("--private", action="store_true", help="create the repo as private (no effect if it exists)")
-    parser.add_argument("--token", help="a Hub token with write access (default: HF_TOKEN or `hf auth login`)")
-    parser.add_argument("--license", help="the weights' licence, a Hub licence id such as apache-2.0 (default: "
-                                          "'other', described by the training data's terms)")
-    parser.add_argument("--license-name", help="with --license other: a short id for the licence")
-    parser.add_argument("--license-link", help="with --license other: a URL (or file in the repo) with its text")
-    parser.add_argument("--dataset", help="the Hub id of the training data for the card's metadata (default: from "
-                                          "the run config)")
-    parser.add_argument("--message", default="Upload vaswani_mt model and model card", help="the commit message")
-    parser.add_argument("--dry-run", action="store_true", help="check the run and print the card and the files; "
-                                                               "upload nothing")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        if args.dry_run:
-            from .model_card import render_model_card
-
-            model_dir = check_run_folder(args.run_dir)
-            namespace, _ = split_repo_id(args.repo_id)
-            print(render_model_card(args.run_dir, args.repo_id if namespace else None, license=args.license,
-                                    license_name=args.license_name, license_link=args.license_link,
-                                    dataset=args.dataset))
-            files = [path for path, _ in upload_plan(model_dir)] + list(_pipeline_additions(model_dir))
-            print("files: " + ", ".join(sorted(set(files) | {"README.md"})), file=sys.stderr)
-            print(f"dry run: nothing was uploaded; without --dry-run these files and the card above would go to "
-                  f"{args.repo_id}", file=sys.stderr)
-            return 0
-        url = push_run(args.run_dir, args.repo_id, private=args.private, token=args.token,
-                       commit_message=args.message, license=args.license, license_name=args.license_name,
-                       license_link=args.license_link, dataset=args.dataset)
-    except PushError as error:
-        print(f"vaswani-mt push: error: {error}", file=sys.stderr)
-        return error.exit_code
-    print(f"pushed {args.run_dir} to {url}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 __all__ = ["PushError", "push_run", "check_run_folder", "split_repo_id", "upload_plan", "add_pipeline_code",
-           "prepare_trainer_push", "main"]
+           "prepare_trainer_push"]

@@ -24,7 +24,7 @@ Text normalisation (the one documented contract for whitespace)
     3. Leading and trailing spaces are stripped.
 
     It does *not* unescape HTML entities (``&amp;``): that is a corpus-cleaning step done by
-    :mod:`vaswani_mt.data`, since at inference time ``&amp;`` may be what the user really typed.
+    :mod:`vaswani_mt.data.corpus`, since at inference time ``&amp;`` may be what the user really typed.
 
 Round trip
     For normalised text, ``tokenizer.decode(tokenizer(x).input_ids, skip_special_tokens=True) == x``:
@@ -277,7 +277,7 @@ def train_tokenizer(
 
     The corpus is normalised with :func:`normalize_text` during training (it is the tokenizer's
     normaliser), but it is not otherwise cleaned: pass cleaned data, e.g. from
-    :func:`vaswani_mt.data.load_parallel`.
+    :func:`vaswani_mt.data.corpus.load_parallel`.
     """
     reserved = len(SPECIAL_TOKENS) + (NUM_BYTE_TOKENS if byte_fallback else 0)
     if vocab_size <= reserved:
