@@ -416,9 +416,38 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line_naming_it(tmp_path, s
 
 
 def test_training_torch_compile_reaches_the_trainers_arguments(tmp_path, small_corpus):
-    from vaswani_mt.cli.train import _training_arguments
+    from vaswani_mt.recipe.trainer import VaswaniTrainingArguments
 
     config = load_run_config(str(tiny_config(tmp_path, small_corpus)),
                              parse_overrides(["--training.torch_compile", "true"]))
-    assert _training_arguments(config, tmp_path).torch_compile is True
-    assert _training_arguments(load_run_config(str(tiny_config(tmp_path, small_corpus))), tmp_path).torch_compile is False
+    assert VaswaniTrainingArguments.from_config(config.training, str(tmp_path)).torch_compile is True
+    config = load_run_config(str(tiny_config(tmp_path, small_corpus)))
+    assert VaswaniTrainingArguments.from_config(config.training, str(tmp_path)).torch_compile is False
+
+
+def test_every_training_setting_of_the_config_reaches_the_trainers_arguments_and_back(tmp_path, small_corpus):
+    from vaswani_mt.recipe.trainer import SAME_SETTING, VaswaniTrainingArguments
+
+    overrides = ["--training.warmup_steps", "123", "--training.noam_factor", "2.5", "--training.label_smoothing",
+                 "0.2", "--training.num_beams", "5", "--training.max_grad_norm", "1.5", "--training.seed", "7",
+                 "--training.max_steps", "40", "--training.keep_checkpoints", "3", "--training.average_last", "2"]
+    training = load_run_config(str(tiny_config(tmp_path, small_corpus)), parse_overrides(overrides)).training
+    args = VaswaniTrainingArguments.from_config(training, str(tmp_path))
+    for key, argument in SAME_SETTING.items():
+        assert getattr(args, argument) == getattr(training, key), key
+    assert (args.max_steps, args.save_steps, args.checkpoint_limit) == (40, training.eval_steps, 4)
+    settings = args.recipe_settings()
+    assert {key: settings[key] for key in SAME_SETTING} == {key: getattr(training, key) for key in SAME_SETTING}
+    assert settings["max_steps"] == 40
+
+
+def test_the_trainers_argument_defaults_are_the_run_configs(tmp_path):
+    from vaswani_mt.recipe.config import TrainingConfig
+    from vaswani_mt.recipe.trainer import VaswaniTrainingArguments
+
+    args, recipe = VaswaniTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True), TrainingConfig()
+    for key, argument in [("label_smoothing", "label_smoothing"), ("noam_factor", "noam_factor"),
+                          ("warmup_steps", "warmup_steps"), ("adam_beta2", "adam_beta2"),
+                          ("adam_epsilon", "adam_epsilon"), ("weight_decay", "weight_decay"),
+                          ("num_beams", "generation_num_beams")]:
+        assert getattr(args, argument) == getattr(recipe, key), key

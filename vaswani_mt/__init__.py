@@ -1,22 +1,25 @@
 """vaswani_mt: the "Attention Is All You Need" Transformer (Vaswani et al. 2017) as a native Hugging Face model.
 
 Importing the package registers the model with transformers' Auto classes, so that
-`AutoConfig`, `AutoModel` and `AutoModelForSeq2SeqLM` resolve `model_type="vaswani"`.
+`AutoConfig`, `AutoModel` and `AutoModelForSeq2SeqLM` resolve `model_type="vaswani"`, brings back the "translation"
+pipeline task, and plugs the model card into `VaswaniTrainer`'s Hub pushes. The layers are in ARCHITECTURE.md.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
-from .recipe.averaging import average_checkpoints, find_checkpoints
 from .data.batching import TokenBudgetBatchSampler, padding_stats
-from .model.configuration_vaswani import PRESETS, VaswaniConfig
 from .data.corpus import CleaningOptions, CleaningReport, DataError, load_parallel, tokenize_dataset
-from .recipe.loss import label_smoothed_cross_entropy
+from .data.tokenization import normalize_text, train_tokenizer
 from .metrics import corpus_scores, load_metric, moses_tokenized_bleu
+from .model.configuration_vaswani import PRESETS, VaswaniConfig
 from .model.modeling_vaswani import VaswaniForConditionalGeneration, VaswaniModel, VaswaniPreTrainedModel
 from .model.pipeline_vaswani import TranslationPipeline, register_translation_pipeline, save_for_pipeline
+from .publishing.model_card import trainer_model_card
+from .recipe.averaging import average_checkpoints, find_checkpoints
+from .recipe.loss import label_smoothed_cross_entropy
 from .recipe.schedule import NoamLR, make_adam, noam_curve, noam_lr
-from .data.tokenization import normalize_text, train_tokenizer
 from .recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments
+from .run_record import RunRecord
 
 __version__ = "0.1.0"
 
@@ -30,9 +33,13 @@ VaswaniModel.register_for_auto_class("AutoModel")
 VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 # transformers 5 removed the "translation" task; bring it back, served by our TranslationPipeline.
 register_translation_pipeline()
+# VaswaniTrainer(push_to_hub=True) uploads vaswani_mt's model card: the publishing layer plugs it into the recipe's
+# trainer here, so that the trainer does not import the layers above it.
+VaswaniTrainer.card_writer = staticmethod(trainer_model_card)
 
 __all__ = [
     "PRESETS",
+    "RunRecord",
     "CleaningOptions",
     "CleaningReport",
     "DataError",

@@ -39,6 +39,8 @@ _CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 
 # --- weights ----------------------------------------------------------------------------------------------------
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")  # either one makes a folder hold a tokenizer
+
 
 def weight_files(folder: Path) -> list[Path]:
     """The safetensors file(s) holding a model's weights (a folder or a single file). Raises FileNotFoundError or

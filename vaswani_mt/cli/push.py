@@ -6,14 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..publishing.hub import (
-    PushError,
-    _pipeline_additions,
-    check_run_folder,
-    push_run,
-    split_repo_id,
-    upload_plan,
-)
+from ..model.pipeline_vaswani import pipeline_code_changes
+from ..publishing.hub import PushError, check_run_folder, push_run, split_repo_id, upload_plan
+from ..publishing.model_card import render_model_card
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,14 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         if args.dry_run:
-            from ..publishing.model_card import render_model_card
-
             model_dir = check_run_folder(args.run_dir)
             namespace, _ = split_repo_id(args.repo_id)
             print(render_model_card(args.run_dir, args.repo_id if namespace else None, license=args.license,
                                     license_name=args.license_name, license_link=args.license_link,
                                     dataset=args.dataset))
-            files = [path for path, _ in upload_plan(model_dir)] + list(_pipeline_additions(model_dir))
+            files = [path for path, _ in upload_plan(model_dir)] + list(pipeline_code_changes(model_dir))
             print("files: " + ", ".join(sorted(set(files) | {"README.md"})), file=sys.stderr)
             print(f"dry run: nothing was uploaded; without --dry-run these files and the card above would go to "
                   f"{args.repo_id}", file=sys.stderr)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
+from ..run_record import RunFolder
+
 logger = logging.getLogger("vaswani_mt.train")
 
 EVERY_SECONDS = 30.0
@@ -225,17 +227,18 @@ def _scores(metrics: dict) -> list[tuple[str, float]]:
 def run_summary(metrics: dict, run_dir: Path, seconds: float, languages: tuple[str, str]) -> str:
     """The last thing `vaswani-mt train` prints: where the model is, the test scores with their sacreBLEU
     signatures, the time taken and the commands to run next (with this run's paths and languages)."""
-    run, model = shlex.quote(str(run_dir)), shlex.quote(str(run_dir / "model"))
+    folder = RunFolder(run_dir)
+    run, model = shlex.quote(str(run_dir)), shlex.quote(str(folder.model))
     lines = [f"finished in {duration(seconds)} ({metrics.get('training', {}).get('steps', '?')} updates)",
-             f"  model         {run_dir / 'model'}  ({_chosen(metrics.get('selection', {}))})"]
+             f"  model         {folder.model}  ({_chosen(metrics.get('selection', {}))})"]
     test = metrics.get("test")
     if test:
         lines += [f"  {test['split']:<13} BLEU {test['bleu']:.2f}  {test['bleu_signature']}",
                   f"  {'':<13} chrF {test['chrf']:.2f}  {test['chrf_signature']}",
                   f"  {'':<13} lowercased Moses-tokenized BLEU {test['bleu_lowercased_moses_tokenized']:.2f}  "
                   f"{test['bleu_lowercased_moses_tokenized_signature']}",
-                  f"  translations  {run_dir / 'test.hyp'}"]
-    lines.append(f"  all figures   {run_dir / 'metrics.json'}")
+                  f"  translations  {folder.test_hypotheses}"]
+    lines.append(f"  all figures   {folder.record}")
     source, target = languages
     lines += ["next:",
               f"  vaswani-mt translate {model} --input sentences.{source} > sentences.{target}",

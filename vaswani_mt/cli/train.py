@@ -19,11 +19,10 @@ only redoes the steps after training, and on a finished run (metrics.json, writt
 """
 
 import argparse
+import dataclasses
 import errno
 import json
 import logging
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -64,6 +63,16 @@ from ..recipe.trainer import (
     complete_checkpoints,
     is_complete_checkpoint,
 )
+from ..run_record import (
+    Hardware,
+    ModelFacts,
+    RunFolder,
+    RunRecord,
+    Selection,
+    TestScores,
+    TrainingFigures,
+    last_validation,
+)
 from .reporting import TrainingProgress, run_summary
 
 logger = logging.getLogger("vaswani_mt.train")
@@ -87,39 +96,24 @@ class TimeBudget(TrainerCallback):
         return control
 
 
-def _setup_logging(run_dir: Path, is_main: bool) -> None:
+def _setup_logging(run: RunFolder, is_main: bool) -> None:
     handlers = [logging.StreamHandler(sys.stderr)]
     if is_main:
-        handlers.append(logging.FileHandler(run_dir / "train.log", encoding="utf-8"))
+        handlers.append(logging.FileHandler(run.log, encoding="utf-8"))
     logging.basicConfig(level=logging.INFO if is_main else logging.WARNING, handlers=handlers, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-def _training_arguments(config: RunConfig, run_dir: Path) -> VaswaniTrainingArguments:
-    t = config.training
-    return VaswaniTrainingArguments(
-        output_dir=str(run_dir / "checkpoints"),
-        max_tokens=t.max_tokens, gradient_accumulation_steps=t.gradient_accumulation_steps,
-        max_steps=t.max_steps if t.max_steps is not None else -1, num_train_epochs=t.num_epochs,
-        warmup_steps=t.warmup_steps, noam_factor=t.noam_factor, label_smoothing=t.label_smoothing,
-        adam_beta1=t.adam_beta1, adam_beta2=t.adam_beta2, adam_epsilon=t.adam_epsilon,
-        weight_decay=t.weight_decay, max_grad_norm=t.max_grad_norm,
-        eval_strategy="steps", eval_steps=t.eval_steps, save_strategy="steps", save_steps=t.eval_steps,
-        # +1: the Trainer counts the best checkpoint, kept besides the newest ones, towards its limit; without it the
-        # last `average_last` saves were not all on disk and averaging took the (older) best one instead.
-        save_total_limit=t.keep_checkpoints + 1, load_best_model_at_end=True, metric_for_best_model="bleu",
-        greater_is_better=True, logging_steps=t.logging_steps, logging_first_step=True,
-        per_device_eval_batch_size=64, generation_num_beams=t.num_beams, predict_with_generate=True,
-        seed=t.seed, bf16=t.bf16, torch_compile=t.torch_compile, use_cpu=not torch.cuda.is_available(),
-        report_to=[], ddp_find_unused_parameters=False,
-        dataloader_num_workers=0, disable_tqdm=not sys.stderr.isatty(),
-    )
+def _training_arguments(config: RunConfig, run: RunFolder) -> VaswaniTrainingArguments:
+    return VaswaniTrainingArguments.from_config(
+        config.training, str(run.checkpoints), use_cpu=not torch.cuda.is_available(), report_to=[],
+        ddp_find_unused_parameters=False, dataloader_num_workers=0, disable_tqdm=not sys.stderr.isatty())
 
 
-def _load_tokenizer(config: RunConfig, dataset, run_dir: Path, args: VaswaniTrainingArguments):
+def _load_tokenizer(config: RunConfig, dataset, run: RunFolder, args: VaswaniTrainingArguments):
     """The run's tokenizer: `tokenizer.path`, else the one a previous attempt of this run trained, else a new joint
     BPE learned on the training split (main process first; the others load what it saved)."""
-    saved = run_dir / "tokenizer"
+    saved = run.tokenizer
     with args.main_process_first(desc="tokenizer"):
         if config.tokenizer.path is not None:
             return AutoTokenizer.from_pretrained(config.tokenizer.path)
@@ -145,13 +139,13 @@ def _model_config(config: RunConfig, tokenizer) -> VaswaniConfig:
         })
 
 
-def _score(trainer: VaswaniTrainer, dataset, references: list[str], target_lang: str, num_beams: int, prefix: str,
-           progress: TrainingProgress):
+def _score(trainer: VaswaniTrainer, dataset, references: list[str], target_lang: str, num_beams: int, split: str,
+           progress: TrainingProgress) -> tuple[TestScores, list[str]]:
     """Translate `dataset` with beam search and score against the raw `references` (normalised as the
     tokenizer normalises): cased detokenized sacreBLEU + chrF, and lowercased Moses-tokenized BLEU."""
     started = time.perf_counter()
-    with progress.stage(f"{prefix} translation"):
-        output = trainer.predict(dataset, metric_key_prefix=prefix, num_beams=num_beams)
+    with progress.stage("test translation"):
+        output = trainer.predict(dataset, metric_key_prefix="test", num_beams=num_beams)
     tokenizer = trainer.processing_class
     predictions = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
     predictions = predictions.clip(min=0)
@@ -159,44 +153,31 @@ def _score(trainer: VaswaniTrainer, dataset, references: list[str], target_lang:
     references = [normalize_text(r) for r in references]
     scores = corpus_scores(hypotheses, references)
     tokenized = moses_tokenized_bleu(hypotheses, references, lang=target_lang, lowercase=True)
-    result = {
-        "sentences": len(hypotheses),
-        "bleu": scores["bleu"], "bleu_signature": scores["bleu_signature"],
-        "chrf": scores["chrf"], "chrf_signature": scores["chrf_signature"],
-        "bleu_lowercased_moses_tokenized": tokenized["bleu"],
-        "bleu_lowercased_moses_tokenized_signature": tokenized["bleu_signature"],
-        "num_beams": num_beams, "seconds": round(time.perf_counter() - started, 1),
-    }
+    result = TestScores(
+        split=split, sentences=len(hypotheses),
+        bleu=scores["bleu"], bleu_signature=scores["bleu_signature"],
+        chrf=scores["chrf"], chrf_signature=scores["chrf_signature"],
+        bleu_lowercased_moses_tokenized=tokenized["bleu"],
+        bleu_lowercased_moses_tokenized_signature=tokenized["bleu_signature"],
+        num_beams=num_beams, seconds=round(time.perf_counter() - started, 1),
+    )
     return result, hypotheses
 
 
-def _hardware() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "cuda": torch.cuda.is_available(), "torch": torch.__version__}
-
-
-def _select_final_model(trainer: VaswaniTrainer, checkpoints_dir: Path, run_dir: Path, config: RunConfig,
-                        valid_dataset, progress: TrainingProgress) -> dict:
+def _select_final_model(trainer: VaswaniTrainer, run: RunFolder, config: RunConfig, valid_dataset,
+                        progress: TrainingProgress) -> Selection:
     """§6.1: average the last checkpoints; keep the average if it beats the best checkpoint on valid BLEU."""
     with progress.stage("valid, best checkpoint"):
         best_metrics = trainer.evaluate(valid_dataset, metric_key_prefix="valid")
-    choice = {"chosen": "best_checkpoint", "best_checkpoint": trainer.state.best_model_checkpoint,
-              "valid_bleu_best_checkpoint": best_metrics.get("valid_bleu")}
-    last = last_saves(checkpoints_dir, config.training.average_last)
+    choice = Selection(chosen="best_checkpoint", best_checkpoint=trainer.state.best_model_checkpoint,
+                       valid_bleu_best_checkpoint=best_metrics.get("valid_bleu"))
+    last = last_saves(run.checkpoints, config.training.average_last)
     if 1 < len(last) < config.training.average_last:
         logger.warning("averaging only the last %d saves (%s): the save before them is not on disk", len(last),
                        ", ".join(p.name for p in last))
     if config.training.average_last > 1 and len(last) > 1:
         logger.info("averaging the last %d saves: %s", len(last), ", ".join(p.name for p in last))
-        averaged_dir = run_dir / "averaged"
+        averaged_dir = run.averaged
         if trainer.args.should_save:
             average_checkpoints(last, output_dir=averaged_dir)
         trainer.accelerator.wait_for_everyone()
@@ -205,27 +186,29 @@ def _select_final_model(trainer: VaswaniTrainer, checkpoints_dir: Path, run_dir:
         trainer.model.load_state_dict(averaged.state_dict())
         with progress.stage(f"valid, average of the last {len(last)} saves"):
             averaged_metrics = trainer.evaluate(valid_dataset, metric_key_prefix="valid")
-        choice.update(averaged_checkpoints=[p.name for p in last],
-                      valid_bleu_averaged=averaged_metrics.get("valid_bleu"))
+        choice.averaged_checkpoints = [p.name for p in last]
+        choice.valid_bleu_averaged = averaged_metrics.get("valid_bleu")
         if averaged_metrics.get("valid_bleu", -1) >= best_metrics.get("valid_bleu", -1):
-            choice["chosen"] = "averaged"
+            choice.chosen = "averaged"
         else:
             trainer.model.load_state_dict(best_state)
-    logger.info("final model: %s", json.dumps(choice))
+    chosen = {key: value for key, value in dataclasses.asdict(choice).items() if value is not None}
+    logger.info("final model: %s", json.dumps(chosen))
     return choice
 
 
 def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
     run_started = time.perf_counter()
-    run_dir = Path(config.output_dir)
-    checkpoints_dir = run_dir / "checkpoints"
-    if resume and (run_dir / "metrics.json").is_file():
-        print(f"vaswani-mt train: {run_dir} is a finished run (it has metrics.json): nothing to do", file=sys.stderr)
-        return json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    run = RunFolder(config.output_dir)
+    run_dir = run.root
+    if resume and run.record.is_file():
+        print(f"vaswani-mt train: {run_dir} is a finished run (it has {run.record.name}): nothing to do",
+              file=sys.stderr)
+        return RunRecord.read(run_dir).to_json()
     if run_dir.exists() and not resume and any(run_dir.iterdir()):
         raise ConfigError(f"output_dir {run_dir} already holds a run: pass --resume to continue it, or choose "
                           "another --output-dir")
-    args = _training_arguments(config, run_dir)
+    args = _training_arguments(config, run)
     if config.training.num_threads:
         torch.set_num_threads(config.training.num_threads)
     cleaning = CleaningOptions(deduplicate=config.data.drop_duplicates, filter_splits=(config.data.train_split,))
@@ -234,13 +217,13 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
     with args.main_process_first(desc="data"):  # before the run folder exists: bad data leaves nothing behind
         raw, cleaning_report = load_parallel(config.data.path, src, tgt, splits=splits, clean=cleaning)
     run_dir.mkdir(parents=True, exist_ok=True)
-    _setup_logging(run_dir, args.should_save)
+    _setup_logging(run, args.should_save)
     if args.should_save:
-        with writing(run_dir / "config.yaml"):
-            save_run_config(config, run_dir / "config.yaml")
+        with writing(run.config):
+            save_run_config(config, run.config)
     logger.info("run folder %s; world size %d", run_dir, args.world_size)
     logger.info("data: %s", cleaning_report.summary())
-    tokenizer = _load_tokenizer(config, raw, run_dir, args)
+    tokenizer = _load_tokenizer(config, raw, run, args)
     with args.main_process_first(desc="tokenize"):
         tokenized = tokenize_dataset(raw, tokenizer, src, tgt, max_length=config.data.max_length)
     valid = tokenized[config.data.valid_split]
@@ -259,36 +242,30 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
     )
     progress = TrainingProgress(config.training.max_minutes).install(trainer)
 
-    resume_from, ended = _resume_point(checkpoints_dir, args) if resume else (None, None)
+    resume_from, ended = _resume_point(run.checkpoints, args) if resume else (None, None)
     trainer.accelerator.wait_for_everyone()
 
     started = time.perf_counter()
     if ended is None:
         train_metrics = trainer.train(resume_from_checkpoint=resume_from).metrics
     else:
-        train_metrics = _restore_ended_training(trainer, ended, checkpoints_dir, resume_from)
+        train_metrics = _restore_ended_training(trainer, ended, run.checkpoints, resume_from)
     train_seconds = time.perf_counter() - started
     history = trainer.state.log_history
-    rates = [entry["target_tokens_per_second"] for entry in history if "target_tokens_per_second" in entry]
 
-    choice = _select_final_model(trainer, checkpoints_dir, run_dir, config, valid, progress)
-    metrics = {
-        "command": command,
-        "training": {
-            "steps": trainer.state.global_step, "epochs": round(trainer.state.epoch or 0, 2),
-            "wall_seconds_this_process": round(train_seconds, 1),
-            "train_runtime_seconds": train_metrics.get("train_runtime"),
-            "target_tokens_per_second_median": sorted(rates)[len(rates) // 2] if rates else None,
-            "final_train_loss": next((e["loss"] for e in reversed(history) if "loss" in e), None),
-            "world_size": args.world_size, "hardware": _hardware(),
-        },
-        "model": {"preset": config.model.preset, "parameters": model.num_parameters(),
-                  "config": model.config.to_diff_dict()},
-        "data": cleaning_report.to_dict(),
-        "selection": choice,
-        "bleu_signatures_during_training": trainer.bleu_signatures,
-    }
-    final_dir = run_dir / "model"
+    record = RunRecord(
+        command=command,
+        training=TrainingFigures.from_trainer_state(
+            trainer.state, args.world_size, wall_seconds_this_process=round(train_seconds, 1),
+            train_runtime_seconds=train_metrics.get("train_runtime"), hardware=Hardware.of_this_machine()),
+        model=ModelFacts(preset=config.model.preset, parameters=model.num_parameters(),
+                         config=model.config.to_diff_dict()),
+        data=cleaning_report.to_dict(),
+        selection=_select_final_model(trainer, run, config, valid, progress),
+        validation=last_validation(history, trainer.bleu_signatures),
+        bleu_signatures_during_training=trainer.bleu_signatures,
+    )
+    final_dir = run.model
     if args.should_save:
         with writing(final_dir):
             trainer.model.save_pretrained(final_dir)
@@ -299,21 +276,21 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
     if config.data.test_split:
         references = [pair[tgt] for pair in raw[config.data.test_split]["translation"]]
         test_scores, hypotheses = _score(trainer, tokenized[config.data.test_split], references, tgt,
-                                         config.training.num_beams, prefix="test", progress=progress)
-        metrics["test"] = {"split": config.data.test_split, **test_scores}
+                                         config.training.num_beams, config.data.test_split, progress)
+        record.test = test_scores
         if args.should_save:
-            write_atomically(("\n".join(hypotheses) + "\n").encode(), run_dir / "test.hyp")
+            write_atomically(("\n".join(hypotheses) + "\n").encode(), run.test_hypotheses)
         logger.info("test %s: BLEU %.2f (%s), chrF %.2f, lowercased Moses-tokenized BLEU %.2f",
-                    config.data.test_split, test_scores["bleu"], test_scores["bleu_signature"], test_scores["chrf"],
-                    test_scores["bleu_lowercased_moses_tokenized"])
+                    config.data.test_split, test_scores.bleu, test_scores.bleu_signature, test_scores.chrf,
+                    test_scores.bleu_lowercased_moses_tokenized)
     if args.should_save:
-        write_atomically((json.dumps(history, indent=1) + "\n").encode(), run_dir / "log_history.json")
-        with writing(run_dir / "plots"):
-            _plot(history, run_dir / "plots")
-        # Last, and atomically: a run folder with metrics.json is finished (`--resume` then has nothing to do).
-        write_atomically((json.dumps(metrics, indent=2, ensure_ascii=False) + "\n").encode(), run_dir / "metrics.json")
-        logger.info(run_summary(metrics, run_dir, time.perf_counter() - run_started, (src, tgt)))
-    return metrics
+        write_atomically((json.dumps(history, indent=1) + "\n").encode(), run.log_history)
+        with writing(run.plots):
+            _plot(history, run.plots)
+        # Last, and atomically: a run folder with its record is finished (`--resume` then has nothing to do).
+        record.write(run)
+        logger.info(run_summary(record.to_json(), run.root, time.perf_counter() - run_started, (src, tgt)))
+    return record.to_json()
 
 
 def _resume_point(checkpoints_dir: Path, args) -> tuple[str | None, TrainerState | None]:

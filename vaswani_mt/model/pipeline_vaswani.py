@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -261,15 +260,30 @@ def save_for_pipeline(model=None, tokenizer=None, save_directory: str | os.PathL
     if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         raise ValueError(f"{folder} has no tokenizer files: pass the tokenizer to save_for_pipeline(..., tokenizer)")
 
-    source = Path(__file__).resolve()
-    target = folder / PIPELINE_FILE
-    if not target.exists() or not source.samefile(target):
-        shutil.copyfile(source, target)
-    config["custom_pipelines"] = {**(config.get("custom_pipelines") or {}), **custom_pipelines_entry()}
-    tmp = config_path.with_name(config_path.name + ".tmp")
-    tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, config_path)
+    for name, content in pipeline_code_changes(folder).items():
+        tmp = folder / (name + ".tmp")
+        tmp.write_bytes(content)
+        os.replace(tmp, folder / name)
     return folder
+
+
+def pipeline_code_changes(folder: str | os.PathLike) -> dict[str, bytes]:
+    """What makes a saved model folder (with its config.json) work with ``pipeline("translation", model=folder,
+    trust_remote_code=True)``, as ``{file name: content}``: this file as ``pipeline_vaswani.py`` and config.json with
+    ``custom_pipelines``, each only when the folder lacks it. The one rule behind `save_for_pipeline`, the final
+    model of `vaswani-mt train`, the Trainer's Hub pushes and `vaswani-mt push` (which uploads the changes without
+    writing them)."""
+    folder = Path(folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    changes: dict[str, bytes] = {}
+    source, target = Path(__file__).resolve(), folder / PIPELINE_FILE
+    if not target.is_file() or target.read_bytes() != source.read_bytes():
+        changes[PIPELINE_FILE] = source.read_bytes()
+    pipelines = config.get("custom_pipelines") or {}
+    if any(pipelines.get(task) != entry for task, entry in custom_pipelines_entry().items()):
+        config["custom_pipelines"] = {**pipelines, **custom_pipelines_entry()}
+        changes["config.json"] = (json.dumps(config, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    return changes
 
 
 def _is_builtin_model_type(model_type: str | None) -> bool:
@@ -300,6 +314,7 @@ __all__ = [
     "register_translation_pipeline",
     "save_for_pipeline",
     "custom_pipelines_entry",
+    "pipeline_code_changes",
     "encode_source",
     "right_align",
 ]

@@ -26,11 +26,13 @@ import re
 from pathlib import Path
 
 from ..files import first_line
+from ..model.pipeline_vaswani import pipeline_code_changes
+from ..run_record import RunFolder
+from .model_card import render_model_card
 
-MODEL_DIR = "model"
+MODEL_DIR = RunFolder(".").model.name
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 CODE_FILES = ("modeling_vaswani.py", "configuration_vaswani.py")
-PIPELINE_FILE = "pipeline_vaswani.py"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 LOGIN_HINT = ("log in with `hf auth login`, or set the HF_TOKEN environment variable, to a token with write access "
               "(https://huggingface.co/settings/tokens); or pass --token")
@@ -49,10 +51,10 @@ class PushError(Exception):
 
 def check_run_folder(run_dir) -> Path:
     """The run's model folder, or `PushError` (exit code 2) naming everything that is missing."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
+    run = RunFolder(run_dir)
+    if not run.root.is_dir():
         raise PushError(f"{run_dir} is not a folder: give the run folder written by `vaswani-mt train`", 2)
-    model_dir = run_dir / MODEL_DIR
+    model_dir = run.model
     missing = []
     if not model_dir.is_dir():
         missing.append(f"{MODEL_DIR}/ (the trained model)")
@@ -81,10 +83,10 @@ def check_run_folder(run_dir) -> Path:
                     missing.append(f"{MODEL_DIR}/{module}.py (imported by the model code)")
         if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
             missing.append(f"{MODEL_DIR}/tokenizer.json (the tokenizer)")
-    for name, what in (("metrics.json", "the run's scores, for the model card"),
-                       ("config.yaml", "the run's configuration, for the model card")):
-        if not (run_dir / name).is_file():
-            missing.append(f"{name} ({what})")
+    for path, what in ((run.record, "the run's scores, for the model card"),
+                       (run.config, "the run's configuration, for the model card")):
+        if not path.is_file():
+            missing.append(f"{path.name} ({what})")
     if missing:
         raise PushError(f"{run_dir} is not a complete run folder: missing " + "; ".join(missing)
                         + ". Push the folder of a finished `vaswani-mt train` run.", 2)
@@ -111,20 +113,6 @@ def upload_plan(model_dir: Path) -> list[tuple[str, Path]]:
             and not path.name.endswith((".tmp", ".lock"))]
 
 
-def _pipeline_additions(model_dir: Path) -> dict[str, bytes]:
-    """For a model folder saved without the pipeline code (older runs): the pipeline file and a config.json with
-    ``custom_pipelines``, so ``pipeline("translation", model=repo, trust_remote_code=True)`` works."""
-    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    from ..model.pipeline_vaswani import custom_pipelines_entry
-
-    entry = custom_pipelines_entry()
-    if (model_dir / PIPELINE_FILE).is_file() and all(
-            (config.get("custom_pipelines") or {}).get(task) == value for task, value in entry.items()):
-        return {}
-    config["custom_pipelines"] = {**(config.get("custom_pipelines") or {}), **entry}
-    source = Path(__file__).parent.parent / "model" / PIPELINE_FILE
-    return {"config.json": (json.dumps(config, indent=2, sort_keys=True) + "\n").encode(),
-            PIPELINE_FILE: source.read_bytes()}
 
 
 # --- the push -------------------------------------------------------------------------------------------------------
@@ -136,12 +124,10 @@ def push_run(run_dir, repo_id: str, private: bool = False, token: str | None = N
     """Upload a run folder's model and its model card to `repo_id` (created if needed, `private` then) in one commit;
     returns the repo's URL. Raises `PushError` with a one-line reason when the folder is incomplete, there is no
     usable token, the namespace belongs to someone else, or the Hub refuses or cannot be reached."""
-    from .model_card import render_model_card
-
     model_dir = check_run_folder(run_dir)
     namespace, name = split_repo_id(repo_id)
     plan = upload_plan(model_dir)
-    replacements = _pipeline_additions(model_dir)
+    replacements = pipeline_code_changes(model_dir)
 
     from huggingface_hub import CommitOperationAdd, HfApi, constants, get_token
 
@@ -254,41 +240,5 @@ def _server_message(error) -> str | None:
     return message if isinstance(message, str) else None
 
 
-# --- Trainer pushes -------------------------------------------------------------------------------------------------
 
-def add_pipeline_code(folder) -> bool:
-    """Make a saved model folder loadable with ``pipeline("translation", model=..., trust_remote_code=True)`` (copies
-    ``pipeline_vaswani.py`` and adds ``custom_pipelines`` to config.json). Returns False, changing nothing, when the
-    folder has no config.json or no tokenizer yet."""
-    folder = Path(folder)
-    if not (folder / "config.json").is_file() or not any((folder / n).is_file() for n in TOKENIZER_FILES):
-        return False
-    from ..model.pipeline_vaswani import save_for_pipeline
-
-    save_for_pipeline(None, None, folder)
-    return True
-
-
-def prepare_trainer_push(trainer, checkpoint_folder=None, **card_kwargs) -> None:
-    """What `VaswaniTrainer` does before each Hub upload of its output folder: copy the model and pipeline code from
-    `checkpoint_folder` (when the upload comes from a checkpoint), add the pipeline code, and write README.md."""
-    import shutil
-
-    from .model_card import trainer_model_card
-
-    output_dir = Path(trainer.args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    if checkpoint_folder is not None:
-        for path in Path(checkpoint_folder).glob("*.py"):
-            shutil.copyfile(path, output_dir / path.name)
-    add_pipeline_code(output_dir)
-    card = trainer_model_card(trainer, **card_kwargs)
-    (output_dir / "README.md").write_text(card, encoding="utf-8")
-
-
-# --- command line ---------------------------------------------------------------------------------------------------
-
-
-
-__all__ = ["PushError", "push_run", "check_run_folder", "split_repo_id", "upload_plan", "add_pipeline_code",
-           "prepare_trainer_push"]
+__all__ = ["PushError", "push_run", "check_run_folder", "split_repo_id", "upload_plan"]

@@ -18,6 +18,7 @@ Hub licence id) when the data allows it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from ..run_record import RunRecord
 
 TEMPLATE_NAME = "model_card_template.md"
 DEFAULT_TAGS = ["translation", "transformer", "vaswani_mt", "attention-is-all-you-need", "custom_code"]
@@ -80,91 +83,26 @@ MULTI30K = {
 def render_model_card(run_dir, repo_id: str | None = None, *, license: str | None = None,  # noqa: A002
                       license_name: str | None = None, license_link: str | None = None,
                       dataset: str | None = None) -> str:
-    """The README.md of a run folder written by ``vaswani-mt train``.
+    """The README.md of a run folder written by ``vaswani-mt train`` (its `RunRecord`).
 
     `repo_id` ("user/name") names the model and goes into the usage code; without it the code reads
     ``"<namespace>/<name>"``. `license` is a Hub licence id; by default ``other``, described by `license_name` /
     `license_link` or, for known data (Multi30k), by the data's terms. `dataset` overrides the dataset id of the
     metadata (by default: ``data.path`` of the run config when it is a Hub id, else its folder name)."""
-    return render_card(run_facts(run_dir), repo_id=repo_id, license=license, license_name=license_name,
+    return render_card(RunRecord.read(run_dir), repo_id=repo_id, license=license, license_name=license_name,
                        license_link=license_link, dataset=dataset)
 
 
-def run_facts(run_dir) -> dict[str, Any]:
-    """What a run folder records: ``{"name", "config", "metrics", "model_config", "generation_config"}`` (missing
-    files give empty dicts)."""
-    run_dir = Path(run_dir)
-    return {
-        "name": run_dir.resolve().name,
-        "config": _read_yaml(run_dir / "config.yaml"),
-        "metrics": _read_json(run_dir / "metrics.json"),
-        "model_config": _read_json(run_dir / "model" / "config.json"),
-        "generation_config": _read_json(run_dir / "model" / "generation_config.json"),
-    }
-
-
-def trainer_facts(trainer) -> dict[str, Any]:
-    """The same facts as :func:`run_facts`, from a (Vaswani)Trainer: its state and arguments, the model's config,
-    and the ``config.yaml`` / ``metrics.json`` of its output folder or the folder above it when they exist. The test
-    scores of such a metrics.json are used only when it was written at the trainer's current step."""
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    args, state = trainer.args, trainer.state
-    output_dir = Path(args.output_dir)
-    config, metrics = {}, {}
-    for folder in (output_dir, output_dir.parent):
-        config = config or _read_yaml(folder / "config.yaml")
-        metrics = metrics or _read_json(folder / "metrics.json")
-    history = state.log_history or []
-    rates = sorted(e["target_tokens_per_second"] for e in history if "target_tokens_per_second" in e)
-    training = {
-        "steps": state.global_step,
-        "epochs": round(state.epoch, 2) if state.epoch else None,
-        "train_runtime_seconds": _last(history, "train_runtime"),
-        "target_tokens_per_second_median": rates[len(rates) // 2] if rates else None,
-        "final_train_loss": _last(history, "loss"),
-        "world_size": args.world_size,
-    }
-    if state.global_step:
-        from ..cli.train import _hardware
-
-        training["hardware"] = _hardware()
-    recorded_steps = (metrics.get("training") or {}).get("steps")
-    model_facts = {"parameters": model.num_parameters()}
-    if (metrics.get("model") or {}).get("preset"):
-        model_facts["preset"] = metrics["model"]["preset"]
-    facts_metrics = {
-        "training": {k: v for k, v in training.items() if v is not None},
-        "model": model_facts,
-        "data": metrics.get("data") or {},
-    }
-    if metrics and recorded_steps == state.global_step:
-        for key in ("test", "selection"):
-            if metrics.get(key):
-                facts_metrics[key] = metrics[key]
-    valid = _last_eval(history, getattr(trainer, "bleu_signatures", None))
-    if valid:
-        facts_metrics["validation"] = valid
-    if not config:
-        config = {"training": _training_section_from_args(args)}
-    generation_config = model.generation_config.to_dict() if getattr(model, "generation_config", None) else {}
-    return {
-        "name": output_dir.resolve().name,
-        "config": config,
-        "metrics": facts_metrics,
-        "model_config": model.config.to_dict(),
-        "generation_config": generation_config,
-    }
-
-
-def trainer_model_card(trainer, language=None, license=None, tags=None, model_name=None,  # noqa: A002
-                       dataset=None, dataset_tags=None, license_name=None, license_link=None, **_ignored) -> str:
-    """The card for ``VaswaniTrainer.create_model_card``: the keyword arguments of ``Trainer.create_model_card``
-    (those without a place in this card are ignored), plus ``license_name`` / ``license_link``."""
-    repo_id = getattr(trainer, "hub_model_id", None) or trainer.args.hub_model_id
+def trainer_model_card(record: RunRecord, repo_id: str | None = None, language=None, license=None,  # noqa: A002
+                       tags=None, model_name=None, dataset=None, dataset_tags=None, license_name=None,
+                       license_link=None, **_ignored) -> str:
+    """The card ``VaswaniTrainer.create_model_card`` writes, from `RunRecord.from_trainer`: the keyword arguments of
+    ``Trainer.create_model_card`` (those without a place in this card are ignored), plus ``license_name`` /
+    ``license_link``."""
     dataset = dataset or dataset_tags
     if isinstance(dataset, (list, tuple)):
         dataset = dataset[0] if dataset else None
-    return render_card(trainer_facts(trainer), repo_id=repo_id, license=license, license_name=license_name,
+    return render_card(record, repo_id=repo_id, license=license, license_name=license_name,
                        license_link=license_link, dataset=dataset, language=language, extra_tags=tags,
                        model_name=model_name)
 
@@ -200,22 +138,23 @@ def fill_template(template: str, values: dict[str, Any]) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
 
 
-def render_card(facts: dict[str, Any], repo_id: str | None = None, license: str | None = None,  # noqa: A002
+def render_card(record: RunRecord, repo_id: str | None = None, license: str | None = None,  # noqa: A002
                 license_name: str | None = None, license_link: str | None = None, dataset: str | None = None,
                 language=None, extra_tags=None, model_name: str | None = None) -> str:
-    """The card text from facts shaped like :func:`run_facts`'s."""
-    config = facts.get("config") or {}
-    metrics = facts.get("metrics") or {}
+    """The card text of a run's record."""
+    config = record.config
+    metrics = record.to_json()
+    metrics["validation"] = dataclasses.asdict(record.validation) if record.validation else {}
     data_cfg = config.get("data") or {}
-    model_config = facts.get("model_config") or (metrics.get("model") or {}).get("config") or {}
-    generation = facts.get("generation_config") or {}
+    model_config = record.model_config or record.model.config
+    generation = record.generation_config
 
     languages = _languages(language, data_cfg)
     source, target = (languages + [None, None])[:2] if len(languages) == 2 else (None, None)
     dataset_id = dataset or _dataset_id(data_cfg.get("path"))
     known = MULTI30K if _is_multi30k(dataset_id, data_cfg.get("path")) else None
     dataset_label = known["label"] if known else dataset_id
-    name = model_name or (repo_id.split("/")[-1] if repo_id else facts.get("name") or "vaswani-mt-model")
+    name = model_name or (repo_id.split("/")[-1] if repo_id else record.name or "vaswani-mt-model")
     repo = repo_id or f"<namespace>/{name}"
 
     test = _measured_test(metrics.get("test") or {})
@@ -639,20 +578,8 @@ def _limitations(known, dataset_label, model_config, test) -> str:
 
 # --- helpers --------------------------------------------------------------------------------------------------------
 
-def _read_json(path: Path) -> dict:
-    try:
-        value = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
-def _read_yaml(path: Path) -> dict:
-    try:
-        value = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _languages(language, data_cfg) -> list[str]:
@@ -683,43 +610,10 @@ def _is_multi30k(dataset_id, path) -> bool:
     return any("multi30k" in str(value).lower() for value in (dataset_id, path) if value)
 
 
-def _last(history: list[dict], key: str):
-    return next((entry[key] for entry in reversed(history) if key in entry), None)
 
 
-def _last_eval(history: list[dict], signatures) -> dict:
-    for entry in reversed(history):
-        if "eval_bleu" in entry:
-            out = {"bleu": entry["eval_bleu"], "step": entry.get("step")}
-            if entry.get("eval_chrf") is not None:
-                out["chrf"] = entry["eval_chrf"]
-            if signatures:
-                out["signatures"] = signatures
-            return out
-    return {}
 
 
-def _training_section_from_args(args) -> dict:
-    """The recipe settings of a `VaswaniTrainingArguments` (or plain `Seq2SeqTrainingArguments`) under the keys of the
-    run config's `training` section."""
-    section = {
-        "adam_beta1": args.adam_beta1, "adam_beta2": args.adam_beta2, "adam_epsilon": args.adam_epsilon,
-        "weight_decay": args.weight_decay, "max_grad_norm": args.max_grad_norm,
-        "gradient_accumulation_steps": args.gradient_accumulation_steps, "bf16": args.bf16, "seed": args.seed,
-    }
-    if getattr(args, "noam_factor", None) is not None:
-        section.update(warmup_steps=args.warmup_steps, noam_factor=args.noam_factor)
-    if getattr(args, "label_smoothing", None) is not None:
-        section["label_smoothing"] = args.label_smoothing
-    if getattr(args, "max_tokens", None):
-        section["max_tokens"] = args.max_tokens
-    else:
-        section["per_device_train_batch_size"] = args.per_device_train_batch_size
-    if args.max_steps and args.max_steps > 0:
-        section["max_steps"] = args.max_steps
-    else:
-        section["num_epochs"] = args.num_train_epochs
-    return section
 
 
 def _table(header: tuple, rows: list[tuple]) -> str:
@@ -823,5 +717,5 @@ hf_hub_download({_py(repo)}, "pipeline_vaswani.py", local_dir="finetuned")  # fo
 # reload: AutoModelForSeq2SeqLM.from_pretrained("finetuned", trust_remote_code=True)'''
 
 
-__all__ = ["render_model_card", "render_card", "run_facts", "trainer_facts", "trainer_model_card", "load_template",
+__all__ = ["render_model_card", "render_card", "trainer_model_card", "load_template",
            "fill_template"]

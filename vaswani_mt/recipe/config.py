@@ -195,29 +195,39 @@ def load_run_config(name_or_path: str | None, overrides: dict[str, Any] | None =
     return config
 
 
+# The recipe's value rules, one list for both places a setting enters: the run config (`validate`, which names the key
+# training.X) and `VaswaniTrainingArguments` (which names its field).
+_POSITIVE = ("max_tokens", "gradient_accumulation_steps", "max_steps", "num_epochs", "max_minutes", "warmup_steps",
+             "noam_factor", "eval_steps", "logging_steps", "keep_checkpoints", "num_beams", "num_threads")
+
+
+def recipe_problem(name: str, value: Any) -> str | None:
+    """What is wrong with the recipe setting `name` = `value` (None: nothing, or no rule for it)."""
+    if name in _POSITIVE and value <= 0:
+        return f"{name} must be > 0, got {value!r}"
+    if name == "label_smoothing" and not 0.0 <= value < 1.0:
+        return f"{name} must be in [0, 1), got {value!r}"
+    if name == "average_last" and value < 0:
+        return f"{name} must be >= 0, got {value!r}"
+    return None
+
+
 def validate(config: RunConfig) -> None:
     """Rules beyond types, checked before any work starts."""
     from ..model.configuration_vaswani import PRESETS, VaswaniConfig
 
     t = config.training
-    positive = {"training.max_tokens": t.max_tokens, "training.warmup_steps": t.warmup_steps,
-                "training.eval_steps": t.eval_steps, "training.logging_steps": t.logging_steps,
-                "training.gradient_accumulation_steps": t.gradient_accumulation_steps,
-                "training.num_beams": t.num_beams, "training.keep_checkpoints": t.keep_checkpoints,
-                "training.noam_factor": t.noam_factor, "training.num_epochs": t.num_epochs,
-                "tokenizer.vocab_size": config.tokenizer.vocab_size, "data.max_length": config.data.max_length}
-    for key in ("max_steps", "max_minutes", "num_threads"):
-        if getattr(t, key) is not None:
-            positive[f"training.{key}"] = getattr(t, key)
+    for setting in dataclasses.fields(t):
+        value = getattr(t, setting.name)
+        problem = None if value is None else recipe_problem(setting.name, value)
+        if problem:
+            raise ConfigError(f"training.{problem}")
+    positive = {"tokenizer.vocab_size": config.tokenizer.vocab_size, "data.max_length": config.data.max_length}
     if config.data.valid_subset is not None:
         positive["data.valid_subset"] = config.data.valid_subset
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{key} must be > 0, got {value!r}")
-    if not 0.0 <= t.label_smoothing < 1.0:
-        raise ConfigError(f"training.label_smoothing must be in [0, 1), got {t.label_smoothing!r}")
-    if t.average_last < 0:
-        raise ConfigError(f"training.average_last must be >= 0, got {t.average_last!r}")
     if t.average_last > t.keep_checkpoints:
         raise ConfigError(f"training.average_last ({t.average_last}) cannot exceed training.keep_checkpoints "
                           f"({t.keep_checkpoints}): older checkpoints are deleted")

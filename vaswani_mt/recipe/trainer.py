@@ -9,22 +9,39 @@
 * checkpoints that never look complete when a save was interrupted (see `_save_checkpoint`).
 """
 
+from __future__ import annotations
+
 import copy
 import inspect
 import logging
+import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from ..data.batching import TokenBudgetBatchSampler
-from ..files import (SAVING_MARKER, begin_checkpoint, complete_checkpoints, finish_checkpoint,  # noqa: F401
-                    is_complete_checkpoint, rotate_checkpoints, share_weights, writing)
-from .loss import label_smoothed_cross_entropy
+from ..files import (  # noqa: F401
+    SAVING_MARKER,
+    TOKENIZER_FILES,
+    begin_checkpoint,
+    complete_checkpoints,
+    finish_checkpoint,
+    is_complete_checkpoint,
+    rotate_checkpoints,
+    share_weights,
+    writing,
+)
 from ..metrics import corpus_scores
+from ..model.pipeline_vaswani import save_for_pipeline
+from ..run_record import RunRecord
+from .config import TrainingConfig, recipe_problem
+from .loss import label_smoothed_cross_entropy
 from .schedule import NoamLR, make_adam
 
 logger = logging.getLogger(__name__)
@@ -41,13 +58,26 @@ TRAINER_PRIVATE_HOOKS = {
 }
 
 
+# Run-config `training` keys (`TrainingConfig`) and the `VaswaniTrainingArguments` fields that hold the same setting.
+SAME_SETTING = {
+    "max_tokens": "max_tokens", "gradient_accumulation_steps": "gradient_accumulation_steps",
+    "num_epochs": "num_train_epochs", "warmup_steps": "warmup_steps", "noam_factor": "noam_factor",
+    "label_smoothing": "label_smoothing", "adam_beta1": "adam_beta1", "adam_beta2": "adam_beta2",
+    "adam_epsilon": "adam_epsilon", "weight_decay": "weight_decay", "max_grad_norm": "max_grad_norm",
+    "eval_steps": "eval_steps", "logging_steps": "logging_steps", "num_beams": "generation_num_beams",
+    "seed": "seed", "bf16": "bf16", "torch_compile": "torch_compile",
+}
+_RECIPE = TrainingConfig()  # the recipe's defaults, written once (recipe/config.py)
+
+
 @dataclass
 class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     """`Seq2SeqTrainingArguments` with the paper's defaults, plus the recipe's own settings.
 
-    Changed defaults: `adam_beta2=0.98`, `adam_epsilon=1e-9` (§5.3), `warmup_steps=4000` (§5.3),
-    `predict_with_generate=True` and `generation_num_beams=4` (§6.1), `weight_decay=0`.
-    `learning_rate` is not used: the Noam schedule sets the rate.
+    Changed defaults, those of the run config's `training` section (`TrainingConfig`): `adam_beta2=0.98`,
+    `adam_epsilon=1e-9`, `warmup_steps=4000` (§5.3), `weight_decay=0`, `generation_num_beams=4` (§6.1), and
+    `predict_with_generate=True`. `learning_rate` is not used: the Noam schedule sets the rate.
+    `from_config` builds them from a run config's training section, as `vaswani-mt train` does.
     """
 
     max_tokens: int | None = field(
@@ -55,13 +85,15 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         metadata={"help": "Token budget per batch and side, padding included (§5.1 used ~25k per side). "
                           "None: batches of per_device_train_batch_size sentences."},
     )
-    label_smoothing: float = field(default=0.1, metadata={"help": "eps_ls of §5.4 (0 = plain cross-entropy)."})
-    noam_factor: float = field(default=1.0, metadata={"help": "Multiplier of the Noam schedule (§5.3 uses 1)."})
-    warmup_steps: int | float = field(default=4000, metadata={"help": "Noam warm-up updates (§5.3: 4000)."})
-    adam_beta2: float = field(default=0.98, metadata={"help": "§5.3: beta_2 = 0.98."})
-    adam_epsilon: float = field(default=1e-9, metadata={"help": "§5.3: epsilon = 1e-9."})
+    label_smoothing: float = field(default=_RECIPE.label_smoothing, metadata={"help": "eps_ls of §5.4 (0 = plain "
+                                                                                       "cross-entropy)."})
+    noam_factor: float = field(default=_RECIPE.noam_factor, metadata={"help": "Multiplier of the Noam schedule."})
+    warmup_steps: int | float = field(default=_RECIPE.warmup_steps, metadata={"help": "Noam warm-up updates (§5.3)."})
+    adam_beta2: float = field(default=_RECIPE.adam_beta2, metadata={"help": "§5.3: beta_2 = 0.98."})
+    adam_epsilon: float = field(default=_RECIPE.adam_epsilon, metadata={"help": "§5.3: epsilon = 1e-9."})
+    weight_decay: float = field(default=_RECIPE.weight_decay, metadata={"help": "None in the paper."})
     predict_with_generate: bool = field(default=True, metadata={"help": "Score BLEU from generate()."})
-    generation_num_beams: int | None = field(default=4, metadata={"help": "§6.1: beam size 4."})
+    generation_num_beams: int | None = field(default=_RECIPE.num_beams, metadata={"help": "§6.1: beam size 4."})
     checkpoint_limit: int | None = field(
         default=None,
         metadata={"help": "Checkpoints kept (the best one counts), rotated by VaswaniTrainer only once a new "
@@ -73,16 +105,39 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         super().__post_init__()
         if self.save_total_limit is not None:
             self.checkpoint_limit, self.save_total_limit = self.save_total_limit, None
-        if not self.warmup_steps or self.warmup_steps <= 0:
-            raise ValueError(f"warmup_steps must be > 0 for the Noam schedule (§5.3), got {self.warmup_steps!r}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        for name in ("warmup_steps", "label_smoothing", "noam_factor", "max_tokens"):
+            value = getattr(self, name)
+            problem = recipe_problem(name, value) if value is not None else None
+            if problem or (name == "warmup_steps" and not value):
+                raise ValueError(problem or f"warmup_steps must be > 0, got {value!r}")
         if self.label_smoothing_factor:
             raise ValueError("use label_smoothing (the paper's formulation, §5.4), not label_smoothing_factor")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1 or None, got {self.max_tokens!r}")
-        if self.noam_factor <= 0:
-            raise ValueError(f"noam_factor must be > 0, got {self.noam_factor!r}")
+
+    @classmethod
+    def from_config(cls, training: TrainingConfig, output_dir: str, **settings) -> VaswaniTrainingArguments:
+        """The arguments of a run config's training section: evaluation (beam-search BLEU on valid) and a checkpoint
+        every `eval_steps`, the best checkpoint by BLEU loaded at the end, `keep_checkpoints` kept besides it.
+        `settings`: further `Seq2SeqTrainingArguments` (e.g. `use_cpu`, `disable_tqdm`)."""
+        t = training
+        return cls(
+            output_dir=output_dir, **{argument: getattr(t, key) for key, argument in SAME_SETTING.items()},
+            max_steps=t.max_steps if t.max_steps is not None else -1,
+            eval_strategy="steps", save_strategy="steps", save_steps=t.eval_steps,
+            # +1: the best checkpoint, kept besides the newest ones, counts towards the limit; without it the last
+            # `average_last` saves were not all on disk and averaging took the (older) best one instead.
+            save_total_limit=t.keep_checkpoints + 1, load_best_model_at_end=True, metric_for_best_model="bleu",
+            greater_is_better=True, logging_first_step=True, per_device_eval_batch_size=64,
+            predict_with_generate=True, **settings)
+
+    def recipe_settings(self) -> dict:
+        """These arguments as a run config's training section (its keys), for a model card of a trainer that was
+        given no run config."""
+        section = {key: getattr(self, argument) for key, argument in SAME_SETTING.items()}
+        if self.max_steps and self.max_steps > 0:
+            section["max_steps"] = self.max_steps
+        if self.max_tokens is None:
+            section["per_device_train_batch_size"] = self.per_device_train_batch_size
+        return section
 
 
 def bleu_chrf_metrics(tokenizer, on_signature=None):
@@ -111,6 +166,11 @@ class VaswaniTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with the paper's recipe (module docstring). Use it like `Seq2SeqTrainer`, with
     `VaswaniTrainingArguments`; `compute_metrics` defaults to BLEU/chrF when a tokenizer is given as
     `processing_class` and `predict_with_generate` is on."""
+
+    # What becomes README.md before each Hub upload: `card_writer(record, repo_id=..., **create_model_card kwargs)`.
+    # The recipe renders no card itself: `vaswani_mt.publishing` plugs its card in here (vaswani_mt/__init__.py),
+    # so the trainer never imports the layers above it. None: transformers' own draft card.
+    card_writer: ClassVar[Callable[..., str] | None] = None
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -268,26 +328,41 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if self.args.should_save and Path(folder).is_dir():
             share_weights(folder)
         if self.args.push_to_hub and self.args.should_save:
-            from ..publishing.hub import add_pipeline_code
-
-            add_pipeline_code(folder)
+            _add_pipeline_code(folder)
 
     def create_model_card(self, **kwargs) -> None:
-        """vaswani_mt's card (`vaswani_mt.publishing.model_card`) as README.md instead of the Trainer's generic draft, and the
-        pipeline code in the output folder; `push_to_hub` calls this just before uploading."""
+        """The card of `card_writer` as README.md instead of the Trainer's generic draft, and the pipeline code in the
+        output folder; `push_to_hub` calls this just before uploading. Without a card writer: the Trainer's draft."""
+        if self.card_writer is None:
+            return super().create_model_card(**kwargs)
         if self.is_world_process_zero():
-            from ..publishing.hub import prepare_trainer_push
-
-            prepare_trainer_push(self, **kwargs)
+            self._prepare_push(**kwargs)
 
     def _push_from_checkpoint(self, checkpoint_folder: str, *args, **kwargs) -> None:
         # The Trainer copies only weights and configs from the checkpoint: bring the code and the card along.
-        if self.is_world_process_zero() and self.args.hub_strategy != "end":
-            from ..publishing.hub import prepare_trainer_push
-
-            prepare_trainer_push(self, checkpoint_folder)
+        if self.is_world_process_zero() and self.args.hub_strategy != "end" and self.card_writer is not None:
+            self._prepare_push(checkpoint_folder)
         super()._push_from_checkpoint(checkpoint_folder, *args, **kwargs)
 
+    def _prepare_push(self, checkpoint_folder: str | None = None, **card_kwargs) -> None:
+        """The output folder before a Hub upload: the model code of `checkpoint_folder` (an upload from a checkpoint),
+        the pipeline code, and README.md from `RunRecord.from_trainer` (the one place a trainer's record is built)."""
+        output_dir = Path(self.args.output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        if checkpoint_folder is not None:
+            for path in Path(checkpoint_folder).glob("*.py"):
+                shutil.copyfile(path, output_dir / path.name)
+        _add_pipeline_code(output_dir)
+        repo_id = getattr(self, "hub_model_id", None) or self.args.hub_model_id
+        card = self.card_writer(RunRecord.from_trainer(self), repo_id=repo_id, **card_kwargs)
+        (output_dir / "README.md").write_text(card, encoding="utf-8")
+
+
+def _add_pipeline_code(folder) -> None:
+    """The pipeline code in a saved model folder, once it has its config.json and tokenizer (`save_for_pipeline`)."""
+    folder = Path(folder)
+    if (folder / "config.json").is_file() and any((folder / name).is_file() for name in TOKENIZER_FILES):
+        save_for_pipeline(None, None, folder)
 
 __all__ = [
     "VaswaniTrainer",
