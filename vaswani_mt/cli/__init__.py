@@ -7,6 +7,8 @@ import os
 import signal
 import sys
 
+from .. import __version__
+
 # sub-command -> (module, function taking argv and returning an exit code, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "train": ("vaswani_mt.cli.train", "main", "train a model with the paper's recipe from a YAML config"),
@@ -31,8 +33,6 @@ def version() -> str:
     try:
         return importlib.metadata.version("vaswani-mt")
     except importlib.metadata.PackageNotFoundError:
-        from vaswani_mt import __version__
-
         return __version__
 
 

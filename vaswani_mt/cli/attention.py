@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..inference.heatmaps import attention_maps, plot_attention, require_matplotlib
+from ..inference.translate import TranslateError, load_model_and_tokenizer
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,8 +30,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         require_matplotlib()
-        from ..inference.translate import TranslateError, load_model_and_tokenizer
-
         try:
             model, tokenizer = load_model_and_tokenizer(args.model, args.device or "cpu")
         except TranslateError as error:

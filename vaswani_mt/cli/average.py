@@ -11,13 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..files import (
-    WEIGHTS_NAME,
-    checkpoint_folders,
-    checkpoint_problem,
-    complete_checkpoints,
-    last_saves,
-)
+from ..files import WEIGHTS_NAME, checkpoint_folders, checkpoint_problem, complete_checkpoints, last_saves
 from ..recipe.averaging import average_checkpoints
 
 

@@ -28,51 +28,22 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import (
-    AutoTokenizer,
-    DataCollatorForSeq2Seq,
-    TrainerCallback,
-    TrainerState,
-    set_seed,
-)
+from transformers import AutoTokenizer, DataCollatorForSeq2Seq, TrainerCallback, TrainerState, set_seed
 
 from ..data.corpus import CleaningOptions, DataError, load_parallel, tokenize_dataset
 from ..data.tokenization import normalize_text, train_tokenizer
-from ..files import (
-    describe_os_error,
-    last_saves,
-    remove_incomplete_checkpoints,
-    share_weights,
-    write_atomically,
-    writing,
-)
+from ..files import (describe_os_error, last_saves, remove_incomplete_checkpoints, share_weights, write_atomically,
+                     writing)
 from ..metrics import corpus_scores, moses_tokenized_bleu
 from ..model.configuration_vaswani import VaswaniConfig
 from ..model.modeling_vaswani import VaswaniForConditionalGeneration
+from ..model.pipeline_vaswani import save_for_pipeline
+from ..publishing.plots import plot_training_curves
 from ..recipe.averaging import average_checkpoints
-from ..recipe.config import (
-    ConfigError,
-    RunConfig,
-    load_run_config,
-    parse_overrides,
-    save_run_config,
-)
-from ..recipe.trainer import (
-    VaswaniTrainer,
-    VaswaniTrainingArguments,
-    complete_checkpoints,
-    is_complete_checkpoint,
-)
-from ..run_record import (
-    Hardware,
-    ModelFacts,
-    RunFolder,
-    RunRecord,
-    Selection,
-    TestScores,
-    TrainingFigures,
-    last_validation,
-)
+from ..recipe.config import ConfigError, RunConfig, load_run_config, parse_overrides, save_run_config
+from ..recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments, complete_checkpoints, is_complete_checkpoint
+from ..run_record import (Hardware, ModelFacts, RunFolder, RunRecord, Selection, TestScores, TrainingFigures,
+                          last_validation)
 from .reporting import TrainingProgress, run_summary
 
 logger = logging.getLogger("vaswani_mt.train")
@@ -270,7 +241,7 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
         with writing(final_dir):
             trainer.model.save_pretrained(final_dir)
             tokenizer.save_pretrained(final_dir)
-            _add_pipeline_code(trainer.model, tokenizer, final_dir)
+            save_for_pipeline(trainer.model, tokenizer, final_dir)  # pipeline("translation", ...) with stock transformers
             share_weights(final_dir)
 
     if config.data.test_split:
@@ -330,21 +301,7 @@ def _restore_ended_training(trainer: VaswaniTrainer, state: TrainerState, checkp
     return {}
 
 
-def _add_pipeline_code(model, tokenizer, folder: Path) -> None:
-    """Make `pipeline("translation", model=folder, trust_remote_code=True)` work with stock transformers."""
-    try:
-        from ..model.pipeline_vaswani import save_for_pipeline
-    except ImportError:  # pragma: no cover - the pipeline module is part of the package
-        return
-    save_for_pipeline(model, tokenizer, folder)
-
-
 def _plot(history: list[dict], folder: Path) -> None:
-    try:
-        from ..publishing.plots import plot_training_curves
-    except ImportError:
-        logger.info("matplotlib not installed: no plots (pip install 'vaswani-mt[plot]')")
-        return
     try:
         paths = plot_training_curves(history, folder)
         logger.info("plots: %s", ", ".join(str(p) for p in paths))

@@ -17,13 +17,9 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from ..files import describe_os_error, writing
-from ..inference.translate import (
-    DEFAULT_MAX_TOKENS,
-    DEFAULT_SORT_WINDOW,
-    TranslateError,
-    load_translator,
-    read_lines,
-)
+from ..inference.engines import load_translator
+from ..inference.translate import DEFAULT_MAX_TOKENS, DEFAULT_SORT_WINDOW, TranslateError, read_lines
+from ..metrics import corpus_scores
 
 
 def _open_input(path: str | None) -> tuple[BinaryIO, str]:
@@ -179,8 +175,6 @@ def _run(args) -> int:
             )
         if not hypotheses:
             raise TranslateError("cannot score an empty input")
-        from ..metrics import corpus_scores
-
         scores = corpus_scores(hypotheses, references)
         print(f"BLEU = {scores['bleu']:.2f}  {scores['bleu_signature']}", file=sys.stderr)
         print(f"chrF2 = {scores['chrf']:.2f}  {scores['chrf_signature']}", file=sys.stderr)

@@ -42,6 +42,9 @@ from pathlib import Path
 
 import torch
 
+from ..model.modeling_vaswani import OUTPUT_LENGTH_MARGIN
+from .translate import TranslateError, decoded_lines, fitting_new_tokens, load_model_and_tokenizer, translate_stream
+
 INSTALL_HINT = 'CTranslate2 export needs the ctranslate2 package: pip install "vaswani-mt[ctranslate2]"'
 # Beside model.bin: the decoding defaults of the exported model, which `vaswani-mt translate EXPORT` uses.
 DECODING_FILE = "vaswani_decoding.json"
@@ -228,8 +231,6 @@ def export_ctranslate2(model_or_dir, out_dir, quantization: str | None = None, t
     if source is not None:
         if not (source / "config.json").is_file():
             raise FileNotFoundError(f"{source} is not a saved model folder (no config.json)")
-        from .translate import TranslateError, load_model_and_tokenizer
-
         try:
             model, folder_tokenizer = load_model_and_tokenizer(str(source), "cpu")
         except TranslateError as error:
@@ -265,8 +266,6 @@ def decoding_defaults(model) -> dict:
     """How `model.generate()` decodes when given nothing (ours: §6.1), for `vaswani-mt translate EXPORT` to decode
     the same way: beams, length penalty, and the output limit — `max_new_tokens` when the generation config fixes
     one, else the source length (padded, per batch) + `length_margin`, at most `max_position_embeddings`."""
-    from ..model.modeling_vaswani import OUTPUT_LENGTH_MARGIN
-
     generation = model.generation_config
     return {
         "num_beams": generation.num_beams or 1,
@@ -358,7 +357,7 @@ def is_export(folder) -> bool:
 
 class ExportedModel:
     """A CTranslate2 export, ready to translate as `vaswani-mt translate` translates with a saved model: the same
-    streaming, batching and order (`vaswani_mt.inference.translate.translate_stream`), and the exported model's own decoding
+    streaming, batching and order (`translate.translate_stream`), and the exported model's own decoding
     defaults (`DECODING_FILE`), so a float32 export returns what `generate()` returns.
 
     `device`: "cpu", "cuda" or "cuda:N" (default: cuda when CTranslate2 sees a GPU). On the CPU it computes with
@@ -381,10 +380,8 @@ class ExportedModel:
 
     def translate_lines(self, lines: Iterable[str], *, num_beams: int | None = None,
                         max_new_tokens: int | None = None, **stream_options) -> Iterator[str]:
-        """`vaswani_mt.inference.translate.translate_lines` with this export in place of `generate()`: the same options and
+        """`translate.translate_lines` with this export in place of `generate()`: the same options and
         results (`max_tokens`, `sort_window`, `truncation`, `on_translated`)."""
-        from .translate import fitting_new_tokens, translate_stream
-
         limit = self.decoding["max_position_embeddings"]
         fixed = max_new_tokens or self.decoding["max_new_tokens"]
         fixed = fitting_new_tokens(fixed, limit) if fixed else None
@@ -401,8 +398,6 @@ class ExportedModel:
         return translate_stream(translate_batch, self.tokenizer, lines, limit=limit, **stream_options)
 
     def _texts(self, hypotheses: Iterable[list[str]]) -> list[str]:
-        from .translate import decoded_lines
-
         return decoded_lines(self.tokenizer, [self.tokenizer.convert_tokens_to_ids(tokens) for tokens in hypotheses])
 
 

@@ -14,15 +14,15 @@ batching and ordering for any engine, which `vaswani_mt.inference.export.Exporte
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # vaswani_mt/__init__.py registered the model
 
-from ..files import first_line, weights_problem
+from ..files import TOKENIZER_FILES, first_line, weights_problem
 from ..model.pipeline_vaswani import encode_source
 
 logger = logging.getLogger(__name__)
@@ -199,9 +199,6 @@ def load_model_and_tokenizer(folder: str, device: str | None = None):
     problem = weights_problem(path)
     if problem is not None:
         raise TranslateError(problem)
-    import vaswani_mt  # noqa: F401  (registers the model with the Auto classes)
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
     except (OSError, ValueError) as error:
@@ -213,36 +210,8 @@ def load_model_and_tokenizer(folder: str, device: str | None = None):
     return model.to(device).eval(), tokenizer
 
 
-def load_translator(folder: str, device: str | None = None) -> Callable[..., Iterator[str]]:
-    """`translate(lines, **options)` (the options of `translate_lines`) for a model folder: a saved model, run with
-    PyTorch `generate()`, or a CTranslate2 export (`vaswani-mt export`), run with CTranslate2 — told apart by their
-    files. Either way the same streaming, batching, order and decoding defaults; problems are one TranslateError."""
-    from .export import is_export
-
-    if is_export(folder):
-        return _load_export(folder, device).translate_lines
-    model, tokenizer = load_model_and_tokenizer(folder, device)
-    return functools.partial(translate_lines, model, tokenizer)
-
-
-def _load_export(folder: str, device: str | None):
-    """A CTranslate2 export (`vaswani_mt.inference.export.ExportedModel`), checked as `load_model_and_tokenizer` checks a model
-    folder: a missing tokenizer, decoding file, package or device is one TranslateError naming it."""
-    if not _has_tokenizer(Path(folder)):
-        raise TranslateError(f"{folder} is a CTranslate2 export without its tokenizer (tokenizer.json): export the "
-                             "model again with `vaswani-mt export --force`")
-    from .export import ExportedModel
-
-    try:
-        return ExportedModel(folder, device)
-    except (ImportError, ValueError) as error:
-        raise TranslateError(str(error)) from None
-    except (OSError, RuntimeError) as error:
-        raise TranslateError(f"cannot load the CTranslate2 export {folder}: {first_line(error)}") from None
-
-
 def _has_tokenizer(folder: Path) -> bool:
-    return any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json"))
+    return any((folder / name).is_file() for name in TOKENIZER_FILES)
 
 
 def _usable_device(name: str | None) -> str:
@@ -255,5 +224,5 @@ def _usable_device(name: str | None) -> str:
     return name
 
 
-__all__ = ["TranslateError", "decoded_lines", "load_model_and_tokenizer", "load_translator", "read_lines",
+__all__ = ["TranslateError", "decoded_lines", "load_model_and_tokenizer", "read_lines",
            "translate_lines", "translate_stream"]

@@ -4,8 +4,8 @@
 
 What is uploaded, in one commit: the files of ``RUN_DIR/model/`` (weights, config.json with ``auto_map`` and
 ``custom_pipelines``, generation config, tokenizer, ``modeling_vaswani.py``, ``configuration_vaswani.py``,
-``pipeline_vaswani.py``) and ``README.md``, the card rendered from the run (:mod:`vaswani_mt.publishing.model_card`). Nothing else
-of the run folder (no checkpoints, logs or optimizer states). Afterwards, with stock transformers and without
+``pipeline_vaswani.py``) and ``README.md``, the card rendered from the run (:mod:`vaswani_mt.publishing.model_card`).
+Nothing else of the run folder (no checkpoints, logs or optimizer states). Afterwards, with stock transformers and without
 vaswani_mt::
 
     AutoModelForSeq2SeqLM.from_pretrained(REPO_ID, trust_remote_code=True)

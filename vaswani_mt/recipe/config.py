@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from ..model.configuration_vaswani import PRESETS, VaswaniConfig
+
 SHIPPED_CONFIGS = Path(__file__).parent.parent / "configs"
 
 
@@ -214,8 +216,6 @@ def recipe_problem(name: str, value: Any) -> str | None:
 
 def validate(config: RunConfig) -> None:
     """Rules beyond types, checked before any work starts."""
-    from ..model.configuration_vaswani import PRESETS, VaswaniConfig
-
     t = config.training
     for setting in dataclasses.fields(t):
         value = getattr(t, setting.name)
