@@ -64,6 +64,7 @@ def run_train(*args: str, timeout: int = 300, umask: int = -1) -> subprocess.Com
     (["--model.config.norm_style", "middle"], "norm_style must be one of"),
     (["--training.label_smoothing", "1.5"], "training.label_smoothing must be in [0, 1)"),
     (["--training.average_last", "9"], "cannot exceed training.keep_checkpoints"),
+    (["--tokenizer.vocab_size", "120"], "tokenizer.vocab_size must be above 260"),
 ])
 def test_bad_config_is_refused_before_any_work_with_the_key_named(tmp_path, small_corpus, capsys, override,
                                                                    message):

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from ..data.tokenization import NUM_BYTE_TOKENS, SPECIAL_TOKENS
 from ..model.configuration_vaswani import PRESETS, VaswaniConfig
 
 SHIPPED_CONFIGS = Path(__file__).parent.parent / "configs"
@@ -228,6 +229,10 @@ def validate(config: RunConfig) -> None:
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{key} must be > 0, got {value!r}")
+    reserved = len(SPECIAL_TOKENS) + NUM_BYTE_TOKENS  # ids the joint BPE keeps for special and byte tokens
+    if config.tokenizer.path is None and config.tokenizer.vocab_size <= reserved:
+        raise ConfigError(f"tokenizer.vocab_size must be above {reserved} (the special and byte tokens take "
+                          f"{reserved} ids), got {config.tokenizer.vocab_size}")
     if t.average_last > t.keep_checkpoints:
         raise ConfigError(f"training.average_last ({t.average_last}) cannot exceed training.keep_checkpoints "
                           f"({t.keep_checkpoints}): older checkpoints are deleted")
