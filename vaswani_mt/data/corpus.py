@@ -15,8 +15,9 @@ Sources (``source`` argument):
 * anything else that is not an existing local path is taken as a Hugging Face Hub dataset id and
   loaded with ``datasets.load_dataset(source, hub_config, **hub_kwargs)``; this needs the network
   and is never used unless asked for. A missing path that cannot be a Hub id (``name`` or
-  ``owner/name``) - one starting with ``/``, ``.`` or ``~``, with two or more ``/``, or ending in a
-  corpus file extension - raises "does not exist" instead of reaching for the Hub.
+  ``owner/name``, see :func:`is_hub_dataset_id`) - one starting with ``/``, ``.`` or ``~``, with two or
+  more ``/``, a ``\\`` or a space, or ending in a corpus file extension - raises "does not exist"
+  instead of reaching for the Hub.
 
 Cleaning rule (documented contract)
     Every split gets *normalisation*: HTML entities are unescaped (``&amp;`` → ``&``) and the text goes
@@ -383,14 +384,25 @@ def _read_tabular(files: Mapping[str, Path], src_lang: str, tgt_lang: str, split
     return DatasetDict(result)
 
 
-def _looks_like_local_path(source: str) -> bool:
-    """True for strings that cannot be a Hub id ("name" or "owner/name") and must be a local path."""
+# File extensions that mark a corpus file: a string ending in one of them is never taken as a Hub id.
+_CORPUS_FILE_SUFFIXES = (*TABULAR_SUFFIXES, ".txt")
+_HUB_ID = re.compile(r"[\w.-]+(?:/[\w.-]+)?")
+
+
+def is_hub_dataset_id(path: str) -> bool:
+    """Whether ``path`` can be a Hugging Face Hub dataset id rather than a local path. Existence is not checked.
+
+    The rule: ``name`` or ``owner/name``, each part made of letters, digits, ``_``, ``-`` and ``.`` (so no second
+    ``/``, no ``\\``, no ``~``, no ``:`` as in ``C:/data``, no spaces), not starting with ``.`` (``./corpus``,
+    ``../data``) and not ending in a corpus file extension (``.jsonl .json .csv .tsv .parquet .txt``, any case).
+    Examples: ``wmt14``, ``owner/corpus`` are Hub ids; ``/data/wmt``, ``./corpus``, ``a/b/c``, ``corpus.jsonl``,
+    ``~/data``, ``C:\\data`` are not. A string that exists locally is a local path whatever this says: callers check
+    the file system first (see :func:`read_parallel`).
+    """
     return (
-        source.startswith(("/", ".", "~", "\\"))
-        or source.count("/") > 1
-        or "\\" in source
-        or Path(source).suffix.lower() in TABULAR_SUFFIXES
-        or re.match(r"^[A-Za-z]:[\\/]", source) is not None
+        _HUB_ID.fullmatch(path) is not None
+        and not path.startswith(".")
+        and Path(path).suffix.lower() not in _CORPUS_FILE_SUFFIXES
     )
 
 
@@ -478,7 +490,7 @@ def read_parallel(
         return _read_tabular(tables, src_lang, tgt_lang, splits)
     if path.is_file():
         return _read_tabular({"train": path}, src_lang, tgt_lang, splits)
-    if isinstance(source, os.PathLike) or _looks_like_local_path(str(source)):
+    if isinstance(source, os.PathLike) or not is_hub_dataset_id(str(source)):
         raise DataError(f"{source} does not exist")
     return _read_hub(str(source), src_lang, tgt_lang, splits, hub_config, hub_kwargs)
 
