@@ -22,6 +22,7 @@ from typing import BinaryIO
 
 import torch
 
+from ..data.batching import pack_by_token_budget
 from ..files import first_line, weights_problem
 from ..model.pipeline_vaswani import encode_source
 
@@ -120,25 +121,13 @@ def _translate_window(translate_batch, tokenizer, texts, max_tokens, limit, trun
         sources[i] = ids if len(ids) <= limit else encode_source(tokenizer, texts[i], limit, truncation)
     # Longest first: the most memory-hungry batch runs first, and similar lengths share a batch (little padding).
     order = sorted(todo, key=lambda i: len(sources[i]), reverse=True)
-    for batch in _token_batches(order, sources, max_tokens):
+    lengths = [len(sources[i]) if i in sources else 0 for i in range(len(texts))]
+    for batch in pack_by_token_budget(order, lengths, None, max_tokens):
         for i, translation in zip(batch, translate_batch([sources[i] for i in batch])):
             results[i] = translation
         if on_translated is not None:
             on_translated(len(batch))
     yield from results
-
-
-def _token_batches(order: list[int], sources: dict[int, list[int]], max_tokens: int) -> Iterator[list[int]]:
-    """Consecutive groups of `order` (sorted longest first) whose padded size stays within `max_tokens`."""
-    batch: list[int] = []
-    for i in order:
-        longest = len(sources[batch[0]]) if batch else len(sources[i])
-        if batch and (len(batch) + 1) * longest > max_tokens:
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch
 
 
 def _generate(model, tokenizer, sources: list[list[int]], generate_kwargs: dict) -> list[str]:
