@@ -23,6 +23,7 @@ from typing import BinaryIO
 import torch
 
 from ..data.batching import pack_by_token_budget
+from ..data.corpus import NotUTF8Error, iter_lines
 from ..files import first_line, weights_problem
 from ..model.pipeline_vaswani import encode_source
 
@@ -158,19 +159,17 @@ def decoded_lines(tokenizer, rows) -> list[str]:
 
 
 def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
-    """Lines of a binary stream decoded as UTF-8 (a leading BOM is dropped), without their line ending.
-    Raises TranslateError naming the line when it is not valid UTF-8."""
-    for number, raw in enumerate(stream, start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise TranslateError(
-                f"{name}: line {number} is not valid UTF-8 ({error.reason} at byte {error.start}: "
-                f"{raw[max(0, error.start - 10): error.start + 10]!r}); convert the file, e.g. with iconv"
-            ) from None
-        if number == 1 and line.startswith("\ufeff"):
-            line = line[1:]
-        yield line.rstrip("\r\n")
+    """Lines of a binary stream decoded as UTF-8 (a leading BOM is dropped), without their line ending, read one at
+    a time (:func:`vaswani_mt.data.corpus.iter_lines`). Raises TranslateError naming the line when it is not valid
+    UTF-8."""
+    try:
+        yield from iter_lines(stream, name)
+    except NotUTF8Error as error:
+        start, raw = error.start, error.raw_line
+        raise TranslateError(
+            f"{name}: line {error.line} is not valid UTF-8 ({error.reason} at byte {start}: "
+            f"{raw[max(0, start - 10): start + 10]!r}); convert the file, e.g. with iconv"
+        ) from None
 
 
 def load_model_and_tokenizer(folder: str, device: str | None = None):
