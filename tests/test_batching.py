@@ -94,6 +94,17 @@ def test_packing_is_greedy_in_the_given_order():
         )
 
 
+def test_packing_without_target_lengths_budgets_the_source_side_only():
+    # translate_stream's use: sentences sorted longest first, no targets yet; a sentence over budget stands alone.
+    src, _ = random_lengths(n=2000, seed=6, high=120)
+    order = np.argsort(-src, kind="stable")
+    for max_tokens in (1, 60, 100, 2048):
+        batches = pack_by_token_budget(order, src, None, max_tokens)
+        assert batches == greedy_one_by_one(order, src, src, max_tokens)
+        assert [i for batch in batches for i in batch] == order.tolist()
+        assert all(len(batch) == 1 or len(batch) * src[batch[0]] <= max_tokens for batch in batches)
+
+
 def test_max_sentences_caps_the_batch_size():
     src = tgt = np.full(100, 3)
     sampler = TokenBudgetBatchSampler(src, tgt, max_tokens=1000, max_sentences=16, seed=0)

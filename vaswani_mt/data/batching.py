@@ -61,7 +61,7 @@ def length_sort_key(
 def pack_by_token_budget(
     order: Sequence[int] | np.ndarray,
     src_lengths: Sequence[int] | np.ndarray,
-    tgt_lengths: Sequence[int] | np.ndarray,
+    tgt_lengths: Sequence[int] | np.ndarray | None,
     max_tokens: int,
     max_sentences: int | None = None,
 ) -> list[list[int]]:
@@ -72,10 +72,13 @@ def pack_by_token_budget(
     make the batch longer than ``max_sentences``. An example that exceeds the budget alone ends up in
     a batch of its own; :class:`TokenBudgetBatchSampler` rejects such examples beforehand
     (:func:`check_fits_budget`).
+
+    ``tgt_lengths=None`` budgets the source side only: translation, where the targets do not exist yet
+    (:func:`vaswani_mt.inference.translate.translate_stream` packs its length-sorted sentences with it).
     """
     order = np.asarray(order, dtype=np.int64)
     src = np.asarray(src_lengths, dtype=np.int64)[order]
-    tgt = np.asarray(tgt_lengths, dtype=np.int64)[order]
+    tgt = src if tgt_lengths is None else np.asarray(tgt_lengths, dtype=np.int64)[order]
     batches: list[list[int]] = []
     start, total = 0, order.size
     while start < total:

@@ -15,8 +15,9 @@ Sources (``source`` argument):
 * anything else that is not an existing local path is taken as a Hugging Face Hub dataset id and
   loaded with ``datasets.load_dataset(source, hub_config, **hub_kwargs)``; this needs the network
   and is never used unless asked for. A missing path that cannot be a Hub id (``name`` or
-  ``owner/name``) - one starting with ``/``, ``.`` or ``~``, with two or more ``/``, or ending in a
-  corpus file extension - raises "does not exist" instead of reaching for the Hub.
+  ``owner/name``, see :func:`is_hub_dataset_id`) - one starting with ``/``, ``.`` or ``~``, with two or
+  more ``/``, a ``\\`` or a space, or ending in a corpus file extension - raises "does not exist"
+  instead of reaching for the Hub.
 
 Cleaning rule (documented contract)
     Every split gets *normalisation*: HTML entities are unescaped (``&amp;`` → ``&``) and the text goes
@@ -45,7 +46,7 @@ import logging
 import os
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -171,36 +172,71 @@ class CleaningReport:
 # --------------------------------------------------------------------------------------------------
 
 
+class NotUTF8Error(DataError):
+    """Text that is not valid UTF-8. ``name`` is the file (or stream), ``line`` the 1-based line number,
+    ``raw_line`` the line's bytes, ``start`` the 0-based offset in it of the first bad byte, ``reason``
+    Python's (``invalid start byte``, ...). The message names all of them; callers with another wording
+    (`vaswani-mt translate`) build theirs from the attributes."""
+
+    def __init__(self, name: str, line: int, raw_line: bytes, start: int, reason: str):
+        self.name, self.line, self.raw_line, self.start, self.reason = name, line, raw_line, start, reason
+        super().__init__(
+            f"{name} is not valid UTF-8: line {line}, byte column {start + 1} "
+            f"(byte 0x{raw_line[start]:02X}: {reason}); convert the file to UTF-8"
+        )
+
+
 def _decode_utf8(path: Path) -> str:
+    """The whole text of a UTF-8 file (a leading BOM dropped), for the JSON and CSV readers."""
     data = path.read_bytes()
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
-        raise DataError(
-            f"{path} is not valid UTF-8: line {line}, byte column {column} "
-            f"(byte 0x{data[error.start]:02X}: {error.reason}); convert the file to UTF-8"
-        ) from None
+        line_start = data.rfind(b"\n", 0, error.start) + 1
+        line_end = data.find(b"\n", error.start)
+        raw_line = data[line_start:] if line_end < 0 else data[line_start : line_end + 1]
+        raise NotUTF8Error(str(path), data.count(b"\n", 0, error.start) + 1, raw_line, error.start - line_start,
+                           error.reason) from None
     text = text.removeprefix("\ufeff")
     if not text.strip():
         raise DataError(f"{path} is empty (no text)")
     return text
 
 
-def read_lines(path: str | os.PathLike) -> list[str]:
-    """Read a UTF-8 text file as a list of lines (without line endings).
+def iter_lines(stream: Iterable[bytes], name: str) -> Iterator[str]:
+    """The lines of a binary stream (a file opened with ``"rb"``, ``sys.stdin.buffer``), decoded as UTF-8
+    one at a time, without their line ending; the one implementation behind :func:`read_lines` and
+    `vaswani-mt translate`'s streaming input.
 
-    Lines are split on ``\\n`` only (a ``\\r`` before it is removed): ``str.splitlines`` would also
-    split on U+2028, U+0085, form feeds, ... and silently misalign a parallel corpus.
-    Raises :class:`DataError` for a file that is empty or not UTF-8 (naming the line).
+    Lines end at ``\\n`` only (a ``\\r`` right before it, or at the end of the last line, is removed with it):
+    ``str.splitlines`` would also split on U+2028, U+0085, form feeds, ... and silently misalign a parallel
+    corpus. A byte-order mark at the start of the stream is dropped. Nothing is read ahead: the memory held
+    is one line. Raises :class:`NotUTF8Error` (naming ``name`` and the line) at the first line that is not
+    UTF-8, after yielding the lines before it.
+    """
+    for number, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise NotUTF8Error(name, number, raw, error.start, error.reason) from None
+        if number == 1:
+            line = line.removeprefix("\ufeff")
+        if line.endswith("\n"):
+            line = line[:-1]
+        yield line[:-1] if line.endswith("\r") else line
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """Read a UTF-8 text file as a list of lines (without line endings), with :func:`iter_lines`'s rules.
+
+    Raises :class:`DataError` for a file that is empty (or only whitespace) or not UTF-8 (naming the line).
     """
     path = Path(path)
-    text = _decode_utf8(path)
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    with path.open("rb") as stream:
+        lines = list(iter_lines(stream, str(path)))
+    if not any(line.strip() for line in lines):
+        raise DataError(f"{path} is empty (no text)")
+    return lines
 
 
 def _pairs_to_dataset(sources: Sequence[str], targets: Sequence[str], src_lang: str, tgt_lang: str) -> Dataset:
@@ -383,14 +419,25 @@ def _read_tabular(files: Mapping[str, Path], src_lang: str, tgt_lang: str, split
     return DatasetDict(result)
 
 
-def _looks_like_local_path(source: str) -> bool:
-    """True for strings that cannot be a Hub id ("name" or "owner/name") and must be a local path."""
+# File extensions that mark a corpus file: a string ending in one of them is never taken as a Hub id.
+_CORPUS_FILE_SUFFIXES = (*TABULAR_SUFFIXES, ".txt")
+_HUB_ID = re.compile(r"[\w.-]+(?:/[\w.-]+)?")
+
+
+def is_hub_dataset_id(path: str) -> bool:
+    """Whether ``path`` can be a Hugging Face Hub dataset id rather than a local path. Existence is not checked.
+
+    The rule: ``name`` or ``owner/name``, each part made of letters, digits, ``_``, ``-`` and ``.`` (so no second
+    ``/``, no ``\\``, no ``~``, no ``:`` as in ``C:/data``, no spaces), not starting with ``.`` (``./corpus``,
+    ``../data``) and not ending in a corpus file extension (``.jsonl .json .csv .tsv .parquet .txt``, any case).
+    Examples: ``wmt14``, ``owner/corpus`` are Hub ids; ``/data/wmt``, ``./corpus``, ``a/b/c``, ``corpus.jsonl``,
+    ``~/data``, ``C:\\data`` are not. A string that exists locally is a local path whatever this says: callers check
+    the file system first (see :func:`read_parallel`).
+    """
     return (
-        source.startswith(("/", ".", "~", "\\"))
-        or source.count("/") > 1
-        or "\\" in source
-        or Path(source).suffix.lower() in TABULAR_SUFFIXES
-        or re.match(r"^[A-Za-z]:[\\/]", source) is not None
+        _HUB_ID.fullmatch(path) is not None
+        and not path.startswith(".")
+        and Path(path).suffix.lower() not in _CORPUS_FILE_SUFFIXES
     )
 
 
@@ -478,7 +525,7 @@ def read_parallel(
         return _read_tabular(tables, src_lang, tgt_lang, splits)
     if path.is_file():
         return _read_tabular({"train": path}, src_lang, tgt_lang, splits)
-    if isinstance(source, os.PathLike) or _looks_like_local_path(str(source)):
+    if isinstance(source, os.PathLike) or not is_hub_dataset_id(str(source)):
         raise DataError(f"{source} does not exist")
     return _read_hub(str(source), src_lang, tgt_lang, splits, hub_config, hub_kwargs)
 

@@ -22,6 +22,8 @@ from typing import BinaryIO
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # vaswani_mt/__init__.py registered the model
 
+from ..data.batching import pack_by_token_budget
+from ..data.corpus import NotUTF8Error, iter_lines
 from ..files import TOKENIZER_FILES, first_line, weights_problem
 from ..model.pipeline_vaswani import encode_source
 
@@ -120,25 +122,13 @@ def _translate_window(translate_batch, tokenizer, texts, max_tokens, limit, trun
         sources[i] = ids if len(ids) <= limit else encode_source(tokenizer, texts[i], limit, truncation)
     # Longest first: the most memory-hungry batch runs first, and similar lengths share a batch (little padding).
     order = sorted(todo, key=lambda i: len(sources[i]), reverse=True)
-    for batch in _token_batches(order, sources, max_tokens):
+    lengths = [len(sources[i]) if i in sources else 0 for i in range(len(texts))]
+    for batch in pack_by_token_budget(order, lengths, None, max_tokens):
         for i, translation in zip(batch, translate_batch([sources[i] for i in batch])):
             results[i] = translation
         if on_translated is not None:
             on_translated(len(batch))
     yield from results
-
-
-def _token_batches(order: list[int], sources: dict[int, list[int]], max_tokens: int) -> Iterator[list[int]]:
-    """Consecutive groups of `order` (sorted longest first) whose padded size stays within `max_tokens`."""
-    batch: list[int] = []
-    for i in order:
-        longest = len(sources[batch[0]]) if batch else len(sources[i])
-        if batch and (len(batch) + 1) * longest > max_tokens:
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch
 
 
 def _generate(model, tokenizer, sources: list[list[int]], generate_kwargs: dict) -> list[str]:
@@ -169,19 +159,17 @@ def decoded_lines(tokenizer, rows) -> list[str]:
 
 
 def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
-    """Lines of a binary stream decoded as UTF-8 (a leading BOM is dropped), without their line ending.
-    Raises TranslateError naming the line when it is not valid UTF-8."""
-    for number, raw in enumerate(stream, start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise TranslateError(
-                f"{name}: line {number} is not valid UTF-8 ({error.reason} at byte {error.start}: "
-                f"{raw[max(0, error.start - 10): error.start + 10]!r}); convert the file, e.g. with iconv"
-            ) from None
-        if number == 1 and line.startswith("\ufeff"):
-            line = line[1:]
-        yield line.rstrip("\r\n")
+    """Lines of a binary stream decoded as UTF-8 (a leading BOM is dropped), without their line ending, read one at
+    a time (:func:`vaswani_mt.data.corpus.iter_lines`). Raises TranslateError naming the line when it is not valid
+    UTF-8."""
+    try:
+        yield from iter_lines(stream, name)
+    except NotUTF8Error as error:
+        start, raw = error.start, error.raw_line
+        raise TranslateError(
+            f"{name}: line {error.line} is not valid UTF-8 ({error.reason} at byte {start}: "
+            f"{raw[max(0, start - 10): start + 10]!r}); convert the file, e.g. with iconv"
+        ) from None
 
 
 def load_model_and_tokenizer(folder: str, device: str | None = None):

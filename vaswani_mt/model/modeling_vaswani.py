@@ -508,6 +508,75 @@ def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
                              f"vocabulary of {vocab_size} ids (0..{vocab_size - 1}): was another tokenizer used?")
 
 
+def label_smoothed_cross_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    epsilon: float = 0.1,
+    ignore_index: int = -100,
+    pad_token_id: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Summed label-smoothed cross-entropy (§5.4: ε_ls = 0.1), the one loss of the package: training uses it with
+    ε (`vaswani_mt.recipe.loss`, whose docstring derives it), the model's own `loss` (given `labels`) with ε = 0.
+
+    The smoothed target puts ``1 - ε`` on the label and ``δ = ε / (V - 2)`` on every other class but padding
+    (``ε / (V - 1)`` without ``pad_token_id``), computed as
+    ``(1 - ε - δ) NLL + δ Σ_c -log p_c - δ (-log p_pad)`` per counted token, without a ``V``-sized target.
+
+    Args:
+        logits: ``[..., V]`` unnormalised scores (any float dtype; computed in float32).
+        labels: ``[...]`` target ids, ``ignore_index`` (and ``pad_token_id``) at positions to skip.
+        epsilon: smoothing mass ε in [0, 1); 0 gives plain cross-entropy.
+        ignore_index: label value of positions that do not count.
+        pad_token_id: if given, the padding class receives no smoothing mass and positions
+            labelled with it are skipped too.
+
+    Returns:
+        ``(loss_sum, nll_sum, num_tokens)``: the smoothed loss and the plain negative
+        log-likelihood, both float32 sums over the counted positions, and the number of counted
+        positions as a 0-dim int64 tensor (kept on-device: no host sync).
+    """
+    if not 0.0 <= epsilon < 1.0:
+        raise ValueError(f"epsilon must be in [0, 1), got {epsilon!r}")
+    if logits.dim() < 1 or logits.shape[:-1] != labels.shape:
+        raise ValueError(
+            "logits must have shape labels.shape + (vocab_size,); got logits "
+            f"{tuple(logits.shape)} and labels {tuple(labels.shape)}"
+        )
+    vocab_size = logits.shape[-1]
+    if pad_token_id is not None and not 0 <= pad_token_id < vocab_size:
+        raise ValueError(f"pad_token_id {pad_token_id} is outside the vocabulary of size {vocab_size}")
+
+    # float32 log_softmax even for bf16/fp16 logits: low-precision log-probabilities of a large
+    # vocabulary lose most of their mantissa to the log-sum-exp.
+    log_probs = F.log_softmax(logits.float(), dim=-1).reshape(-1, vocab_size)
+    targets = labels.reshape(-1)
+    if pad_token_id is not None:
+        targets = targets.masked_fill(targets == pad_token_id, ignore_index)
+    counted = targets != ignore_index
+    num_tokens = counted.sum()
+
+    # nll_loss is exactly what cross_entropy(reduction="sum") uses, so epsilon=0 matches it bitwise.
+    nll_sum = F.nll_loss(log_probs, targets, ignore_index=ignore_index, reduction="sum")
+    if epsilon == 0.0:
+        return nll_sum, nll_sum, num_tokens
+
+    num_smoothed_classes = vocab_size - (2 if pad_token_id is not None else 1)
+    if num_smoothed_classes < 1:
+        raise ValueError(
+            f"label smoothing needs at least one class besides the target and padding; vocab_size={vocab_size}"
+        )
+    delta = epsilon / num_smoothed_classes
+
+    # masked_fill (not multiplication by the mask) keeps ignored rows at exactly zero even when
+    # they hold -inf log-probabilities, and gives them zero gradient.
+    neg_sum_all_classes = -log_probs.sum(dim=-1).masked_fill(~counted, 0.0).sum()
+    loss_sum = (1.0 - epsilon - delta) * nll_sum + delta * neg_sum_all_classes
+    if pad_token_id is not None:
+        neg_pad_log_prob = -log_probs[:, pad_token_id].masked_fill(~counted, 0.0).sum()
+        loss_sum = loss_sum - delta * neg_pad_log_prob
+    return loss_sum, nll_sum, num_tokens
+
+
 class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     """The translation model: `VaswaniModel` plus the pre-softmax linear projection (§3.4), a loss and
     `generate()`.
@@ -634,14 +703,11 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
 
     @staticmethod
     def token_loss(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
-        """Cross-entropy summed over label tokens (-100 ignored), divided by `num_items_in_batch` when given,
-        else by this batch's label-token count."""
-        total = F.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1).to(logits.device),
-            ignore_index=-100, reduction="sum",
-        )
+        """Cross-entropy (`label_smoothed_cross_entropy` with ε = 0) summed over label tokens (-100 ignored), divided
+        by `num_items_in_batch` when given, else by this batch's label-token count."""
+        total, _, count = label_smoothed_cross_entropy(logits, labels.to(logits.device), epsilon=0.0)
         if num_items_in_batch is None:
-            num_items_in_batch = (labels != -100).sum().clamp(min=1)
+            num_items_in_batch = count.clamp(min=1)
         if isinstance(num_items_in_batch, torch.Tensor):
             num_items_in_batch = num_items_in_batch.to(total.device)
         return total / num_items_in_batch
@@ -658,4 +724,5 @@ __all__ = [
     "VaswaniDecoder",
     "sinusoidal_table",
     "shift_tokens_right",
+    "label_smoothed_cross_entropy",
 ]

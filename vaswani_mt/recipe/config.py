@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from ..data.corpus import is_hub_dataset_id
 from ..data.tokenization import NUM_BYTE_TOKENS, SPECIAL_TOKENS
 from ..model.configuration_vaswani import PRESETS, VaswaniConfig
 
@@ -254,17 +255,12 @@ def validate(config: RunConfig) -> None:
             f"({config.data.max_length}): training examples of up to data.max_length tokens would not fit the model; "
             "raise max_position_embeddings or lower data.max_length")
     data_path = Path(config.data.path)
-    if _looks_local(config.data.path) and not data_path.exists():
+    if not is_hub_dataset_id(config.data.path) and not data_path.exists():
         raise ConfigError(f"data.path {config.data.path!r} does not exist (resolved: {data_path.resolve()})")
     if config.tokenizer.path is not None and not Path(config.tokenizer.path).is_dir():
         raise ConfigError(f"tokenizer.path {config.tokenizer.path!r} is not a folder")
     if config.data.source_lang == config.data.target_lang:
         raise ConfigError("data.source_lang and data.target_lang must differ")
-
-
-def _looks_local(path: str) -> bool:
-    """Hub dataset ids look like `name` or `owner/name`; anything with a path marker is local."""
-    return path.startswith((".", "/", "~")) or path.count("/") > 1 or Path(path).exists()
 
 
 def parse_overrides(tokens: list[str]) -> dict[str, Any]:

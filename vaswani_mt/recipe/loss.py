@@ -48,69 +48,9 @@ Relation to other implementations
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+# Defined in the model layer, which travels with checkpoints (the model computes its own loss with it, ε = 0); this
+# module is its documented home in the training recipe.
+from ..model.modeling_vaswani import label_smoothed_cross_entropy
 
+__all__ = ["label_smoothed_cross_entropy"]
 
-def label_smoothed_cross_entropy(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    epsilon: float = 0.1,
-    ignore_index: int = -100,
-    pad_token_id: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Summed label-smoothed cross-entropy (§5.4); see the module docstring for the formulation.
-
-    Args:
-        logits: ``[..., V]`` unnormalised scores (any float dtype; computed in float32).
-        labels: ``[...]`` target ids, ``ignore_index`` (and ``pad_token_id``) at positions to skip.
-        epsilon: smoothing mass ε in [0, 1); 0 gives plain cross-entropy.
-        ignore_index: label value of positions that do not count.
-        pad_token_id: if given, the padding class receives no smoothing mass and positions
-            labelled with it are skipped too.
-
-    Returns:
-        ``(loss_sum, nll_sum, num_tokens)``: the smoothed loss and the plain negative
-        log-likelihood, both float32 sums over the counted positions, and the number of counted
-        positions as a 0-dim int64 tensor (kept on-device: no host sync).
-    """
-    if not 0.0 <= epsilon < 1.0:
-        raise ValueError(f"epsilon must be in [0, 1), got {epsilon!r}")
-    if logits.dim() < 1 or logits.shape[:-1] != labels.shape:
-        raise ValueError(
-            "logits must have shape labels.shape + (vocab_size,); got logits "
-            f"{tuple(logits.shape)} and labels {tuple(labels.shape)}"
-        )
-    vocab_size = logits.shape[-1]
-    if pad_token_id is not None and not 0 <= pad_token_id < vocab_size:
-        raise ValueError(f"pad_token_id {pad_token_id} is outside the vocabulary of size {vocab_size}")
-
-    # float32 log_softmax even for bf16/fp16 logits: low-precision log-probabilities of a large
-    # vocabulary lose most of their mantissa to the log-sum-exp.
-    log_probs = F.log_softmax(logits.float(), dim=-1).reshape(-1, vocab_size)
-    targets = labels.reshape(-1)
-    if pad_token_id is not None:
-        targets = targets.masked_fill(targets == pad_token_id, ignore_index)
-    counted = targets != ignore_index
-    num_tokens = counted.sum()
-
-    # nll_loss is exactly what cross_entropy(reduction="sum") uses, so epsilon=0 matches it bitwise.
-    nll_sum = F.nll_loss(log_probs, targets, ignore_index=ignore_index, reduction="sum")
-    if epsilon == 0.0:
-        return nll_sum, nll_sum, num_tokens
-
-    num_smoothed_classes = vocab_size - (2 if pad_token_id is not None else 1)
-    if num_smoothed_classes < 1:
-        raise ValueError(
-            f"label smoothing needs at least one class besides the target and padding; vocab_size={vocab_size}"
-        )
-    delta = epsilon / num_smoothed_classes
-
-    # masked_fill (not multiplication by the mask) keeps ignored rows at exactly zero even when
-    # they hold -inf log-probabilities, and gives them zero gradient.
-    neg_sum_all_classes = -log_probs.sum(dim=-1).masked_fill(~counted, 0.0).sum()
-    loss_sum = (1.0 - epsilon - delta) * nll_sum + delta * neg_sum_all_classes
-    if pad_token_id is not None:
-        neg_pad_log_prob = -log_probs[:, pad_token_id].masked_fill(~counted, 0.0).sum()
-        loss_sum = loss_sum - delta * neg_pad_log_prob
-    return loss_sum, nll_sum, num_tokens
