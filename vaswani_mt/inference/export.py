@@ -35,6 +35,7 @@ thread (``inter_threads``) beat one worker with several threads.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Iterable, Iterator
@@ -42,8 +43,11 @@ from pathlib import Path
 
 import torch
 
+from ..model.generation_vaswani import length_penalty_style
 from ..model.modeling_vaswani import OUTPUT_LENGTH_MARGIN
 from .translate import TranslateError, decoded_lines, fitting_new_tokens, load_model_and_tokenizer, translate_stream
+
+logger = logging.getLogger(__name__)
 
 INSTALL_HINT = 'CTranslate2 export needs the ctranslate2 package: pip install "vaswani-mt[ctranslate2]"'
 # Beside model.bin: the decoding defaults of the exported model, which `vaswani-mt translate EXPORT` uses.
@@ -253,6 +257,10 @@ def export_ctranslate2(model_or_dir, out_dir, quantization: str | None = None, t
             _set_special_tokens(spec, model, tokenizer, tokens)
             return spec
 
+    if length_penalty_style(model.generation_config) == "gnmt":
+        logger.warning("CTranslate2 scores beams with length ** length_penalty; this model's GNMT length penalty "
+                       "(length_penalty_style='gnmt') has no counterpart there, so the export's beam search may choose "
+                       "other translations than generate()")
     out = Path(out_dir)
     with torch.no_grad():
         VaswaniConverter().convert(str(out), quantization=quantization, force=force)

@@ -33,6 +33,8 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 import torch.nn.functional as F
@@ -43,6 +45,7 @@ from transformers.generation.logits_process import (
     MinNewTokensLengthLogitsProcessor,
 )
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
+from transformers.generation.configuration_utils import GenerationConfig
 from transformers.generation.utils import GenerationMixin
 
 logger = logging.getLogger(__name__)
@@ -93,7 +96,16 @@ _LOOP_SIGNATURES = {"greedy": inspect.signature(_sample_arguments), "beam": insp
 def decode_or_fall_back(model: nn.Module, loop: str, transformers_loop, args: tuple, kwargs: dict):
     """One call of transformers' `_sample` ("greedy") or `_beam_search` ("beam"): the fast loop when it can run
     this call (`fast_decoding_blocker`), else `transformers_loop(*args, **kwargs)` unchanged — also when the call's
-    arguments are not those of the signature the fast loop was written for."""
+    arguments are not those of the signature the fast loop was written for. Beam search, either loop, applies the
+    call's `length_penalty_style`."""
+    if loop == "beam":
+        config = next((value for value in (*args, *kwargs.values()) if isinstance(value, GenerationConfig)), None)
+        with gnmt_penalty_for(config):
+            return _decode_or_fall_back(model, loop, transformers_loop, args, kwargs)
+    return _decode_or_fall_back(model, loop, transformers_loop, args, kwargs)
+
+
+def _decode_or_fall_back(model: nn.Module, loop: str, transformers_loop, args: tuple, kwargs: dict):
     try:
         arguments = _LOOP_SIGNATURES[loop].bind(*args, **kwargs).arguments
     except TypeError:
@@ -108,6 +120,90 @@ def decode_or_fall_back(model: nn.Module, loop: str, transformers_loop, args: tu
     if loop == "greedy":
         return greedy_search(model, **arguments, streamer=streamer, **model_kwargs)
     return beam_search(model, **arguments, **model_kwargs)
+
+
+# --- the length penalty of §6.1 ----------------------------------------------------------------------------------
+# §6.1 uses GNMT's length penalty (Wu et al. 2016, eq. 14): a finished hypothesis scores log P(Y|X) / lp(Y) with
+# lp(Y) = ((5 + |Y|) / 6) ** alpha; transformers divides by |Y| ** alpha. `generation_config.length_penalty_style`
+# picks the formula ("transformers", the default, or "gnmt"; alpha is `length_penalty`). Both beam loops, ours and
+# transformers', score hypotheses through the model's `_update_finished_beams` and `_check_early_stop_heuristic`
+# (transformers' helpers): the model overrides them to divide by the GNMT penalty first and pass length_penalty=0 on,
+# so transformers' own division is by |Y| ** 0 = 1. |Y| counts the generated tokens, end-of-sentence included.
+LENGTH_PENALTY_STYLES = ("transformers", "gnmt")
+_call_style: ContextVar[str | None] = ContextVar("vaswani_mt_length_penalty_style", default=None)
+_gnmt_alpha: ContextVar[float | None] = ContextVar("vaswani_mt_gnmt_alpha", default=None)
+
+
+def gnmt_length_penalty(length, alpha: float):
+    """lp(Y) = ((5 + |Y|) / 6) ** alpha (GNMT, eq. 14); `length` a number or a tensor."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def length_penalty_style(generation_config) -> str:
+    """The config's `length_penalty_style` ("transformers" when unset); ValueError for an unknown one."""
+    return checked_length_penalty_style(getattr(generation_config, "length_penalty_style", None))
+
+
+def checked_length_penalty_style(style: str | None) -> str:
+    style = style or "transformers"
+    if style not in LENGTH_PENALTY_STYLES:
+        raise ValueError(f"length_penalty_style must be one of {LENGTH_PENALTY_STYLES}, got {style!r}")
+    return style
+
+
+@contextmanager
+def length_penalty_style_of_call(style: str):
+    """The length penalty style of one generate() call (its argument, else its generation config's)."""
+    token = _call_style.set(style)
+    try:
+        yield
+    finally:
+        _call_style.reset(token)
+
+
+@contextmanager
+def gnmt_penalty_for(generation_config):
+    """The beam search inside scores with GNMT's penalty when the generate() call asks for it."""
+    alpha = None
+    style = _call_style.get() or (length_penalty_style(generation_config) if generation_config is not None else None)
+    if generation_config is not None and style == "gnmt":
+        alpha = float(generation_config.length_penalty)
+        missing = [name for name in _GNMT_HOOKS if not hasattr(GenerationMixin, name)]
+        if missing:
+            _warn_once(f"transformers has no GenerationMixin.{missing[0]}: the GNMT length penalty cannot be applied, "
+                       "beams are scored with length ** length_penalty", prefix="vaswani_mt: ")
+    token = _gnmt_alpha.set(alpha)
+    try:
+        yield
+    finally:
+        _gnmt_alpha.reset(token)
+
+
+# transformers' helper -> (the parameter the GNMT penalty divides, how transformers counts |Y| from the parameters)
+_GNMT_HOOKS = {
+    "_update_finished_beams": ("topk_log_probs", lambda a: a["cur_len"] + 1 - a["decoder_prompt_len"]),
+    "_check_early_stop_heuristic": ("running_beam_scores", lambda a: (
+        a["max_length"] - a["decoder_prompt_len"] if a["early_stopping"] == "never" and _gnmt_alpha.get() > 0
+        else a["cur_len"] - a["decoder_prompt_len"])),
+}
+
+
+def with_gnmt_penalty(name: str, transformers_helper, args: tuple, kwargs: dict):
+    """transformers' beam helper `name`, scoring with the GNMT penalty when the running beam search asks for it.
+    A call whose arguments do not bind to the helper's parameters goes to the helper unchanged (with a warning)."""
+    alpha = _gnmt_alpha.get()
+    if alpha is None:
+        return transformers_helper(*args, **kwargs)
+    parameters = BEAM_HELPERS[name]
+    arguments = {**dict(zip(parameters, args)), **kwargs}
+    scores, length_of = _GNMT_HOOKS[name]
+    if len(args) > len(parameters) or set(arguments) != set(parameters):
+        _warn_once(f"GenerationMixin.{name} was called with arguments the GNMT length penalty was not written for; "
+                   "beams are scored with length ** length_penalty", prefix="vaswani_mt: ")
+        return transformers_helper(*args, **kwargs)
+    arguments[scores] = arguments[scores] / gnmt_length_penalty(length_of(arguments), alpha)
+    arguments["length_penalty"] = 0.0
+    return transformers_helper(**arguments)
 
 
 def beam_helpers_mismatch() -> str | None:
@@ -143,10 +239,10 @@ def warn_if_loops_unreachable() -> None:
             _warn_once(f"transformers has no GenerationMixin.{name} to take over")
 
 
-def _warn_once(reason: str) -> None:
+def _warn_once(reason: str, prefix: str = "vaswani_mt: transformers' own decoding loop is used: ") -> None:
     if reason not in _warned:
         _warned.add(reason)
-        logger.warning("vaswani_mt: transformers' own decoding loop is used: %s", reason)
+        logger.warning("%s%s", prefix, reason)
 
 
 # Generation settings whose effect lives outside the decoding loop or is reproduced here; any other output option

@@ -31,7 +31,8 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani import VaswaniConfig
-from .generation_vaswani import decode_or_fall_back, warn_if_loops_unreachable
+from .generation_vaswani import (checked_length_penalty_style, decode_or_fall_back, length_penalty_style,
+                                 length_penalty_style_of_call, warn_if_loops_unreachable, with_gnmt_penalty)
 
 
 # §6.1: "We set the maximum output length during inference to input length + 50".
@@ -624,8 +625,12 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
         """`GenerationMixin.generate`, with the paper's output limit (§6.1) as the default: at most
         source length + 50 new tokens (never more than `max_position_embeddings`), per batch from the padded
-        source length. An explicit `max_length` / `max_new_tokens` (argument or generation config) wins."""
+        source length. An explicit `max_length` / `max_new_tokens` (argument or generation config) wins.
+        `length_penalty_style="gnmt"` (argument or generation config) scores beams with GNMT's length penalty, the
+        one §6.1 uses, instead of transformers' length ** length_penalty."""
         gen_config = generation_config if generation_config is not None else self.generation_config
+        style = kwargs.pop("length_penalty_style", None)  # a setting transformers does not know: kept out of its way
+        style = checked_length_penalty_style(style) if style is not None else length_penalty_style(gen_config)
         limits = (kwargs.get("max_length"), kwargs.get("max_new_tokens"), gen_config.max_length,
                   gen_config.max_new_tokens)
         source = inputs if inputs is not None else kwargs.get("input_ids")
@@ -634,7 +639,15 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         if all(limit is None for limit in limits) and source is not None:
             kwargs["max_new_tokens"] = min(source.shape[-1] + OUTPUT_LENGTH_MARGIN, self.config.max_position_embeddings)
         warn_if_loops_unreachable()
-        return super().generate(inputs, generation_config=generation_config, **kwargs)
+        with length_penalty_style_of_call(style):
+            return super().generate(inputs, generation_config=generation_config, **kwargs)
+
+    def save_pretrained(self, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, keeping `generation_config.length_penalty_style`: transformers drops the
+        settings it does not know when it reloads a generation config marked as derived from the model config."""
+        if getattr(self.generation_config, "length_penalty_style", None) is not None:
+            self.generation_config._from_model_config = False
+        return super().save_pretrained(*args, **kwargs)
 
     # transformers' generate() calls these (private) loops; ours run instead when they can, with the same result.
     def _sample(self, *args, **kwargs):
@@ -642,6 +655,13 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
 
     def _beam_search(self, *args, **kwargs):
         return decode_or_fall_back(self, "beam", super()._beam_search, args, kwargs)
+
+    # transformers' beam helpers, called by both beam loops: with length_penalty_style="gnmt", GNMT's penalty (§6.1).
+    def _update_finished_beams(self, *args, **kwargs):
+        return with_gnmt_penalty("_update_finished_beams", super()._update_finished_beams, args, kwargs)
+
+    def _check_early_stop_heuristic(self, *args, **kwargs):
+        return with_gnmt_penalty("_check_early_stop_heuristic", super()._check_early_stop_heuristic, args, kwargs)
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value

@@ -1,0 +1,117 @@
+"""§6.1's length penalty: GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha (`length_penalty_style="gnmt"`), beside
+transformers' |Y| ** alpha, checked against an exhaustive search on a model small enough to enumerate."""
+
+import itertools
+import logging
+
+import pytest
+import torch
+
+from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
+from vaswani_mt.model.generation_vaswani import gnmt_length_penalty
+
+VOCAB, EOS, BOS, NEW_TOKENS = 6, 3, 2, 3
+# 36 beams hold every 2-token prefix over a 6-token vocabulary, so a 3-token beam search sees every hypothesis.
+BEAMS = VOCAB ** (NEW_TOKENS - 1)
+
+
+def tiny_model(seed: int) -> VaswaniForConditionalGeneration:
+    torch.manual_seed(seed)
+    config = VaswaniConfig.from_preset("tiny", vocab_size=VOCAB, pad_token_id=0, bos_token_id=BOS, eos_token_id=EOS,
+                                       decoder_start_token_id=BOS)
+    model = VaswaniForConditionalGeneration(config).eval()
+    with torch.no_grad():  # sharper distributions than the initialisation's, so that lengths compete
+        model.lm_head.weight.mul_(8.0)
+    return model
+
+
+def best_by_brute_force(model, source: torch.Tensor, penalty) -> list[int]:
+    """Every hypothesis of 1 to NEW_TOKENS tokens (EOS only last; the longest may end without it), scored
+    log P(y|x) / penalty(|y|); the best one."""
+    best, best_score = None, -float("inf")
+    for length in range(1, NEW_TOKENS + 1):
+        for tokens in itertools.product(range(VOCAB), repeat=length):
+            if EOS in tokens[:-1] or (length < NEW_TOKENS and tokens[-1] != EOS):
+                continue
+            decoder_input = torch.tensor([[BOS, *tokens[:-1]]])
+            with torch.no_grad():
+                logits = model(input_ids=source, decoder_input_ids=decoder_input).logits[0]
+            log_p = torch.log_softmax(logits.double(), dim=-1)[torch.arange(length), list(tokens)].sum().item()
+            score = log_p / penalty(length)
+            if score > best_score:
+                best, best_score = list(tokens), score
+    return best
+
+
+def beam_search(model, source, alpha, fast: bool, **options) -> list[int]:
+    model.use_fast_decoding = fast
+    output = model.generate(source, num_beams=BEAMS, max_new_tokens=NEW_TOKENS, length_penalty=alpha,
+                            early_stopping="never", **options)[0, 1:].tolist()
+    return output[:output.index(EOS) + 1] if EOS in output else output
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast loop", "transformers loop"])
+def test_gnmt_beam_search_returns_the_best_hypothesis_of_an_exhaustive_search(fast):
+    differs = 0
+    for seed in range(6):
+        model, source = tiny_model(seed), torch.tensor([[4, 5, 4, 4, 5, EOS]])
+        for alpha in (0.6, 2.0):
+            gnmt = best_by_brute_force(model, source, lambda n: gnmt_length_penalty(n, alpha))
+            plain = best_by_brute_force(model, source, lambda n: n ** alpha)
+            assert beam_search(model, source, alpha, fast, length_penalty_style="gnmt") == gnmt, (seed, alpha)
+            assert beam_search(model, source, alpha, fast) == plain, (seed, alpha)
+            differs += gnmt != plain
+    assert differs, "no case where the two penalties choose differently: the test would not see a mix-up"
+
+
+def test_the_style_rides_on_the_generation_config_and_survives_save_and_load(tmp_path):
+    model, source = tiny_model(1), torch.tensor([[4, 5, 4, 4, 5, EOS]])
+    model.generation_config.length_penalty_style, model.generation_config.length_penalty = "gnmt", 2.0
+    expected = model.generate(source, num_beams=4, max_new_tokens=NEW_TOKENS)
+    model.save_pretrained(tmp_path)
+    loaded = VaswaniForConditionalGeneration.from_pretrained(tmp_path).eval()
+    assert loaded.generation_config.length_penalty_style == "gnmt"
+    assert torch.equal(loaded.generate(source, num_beams=4, max_new_tokens=NEW_TOKENS), expected)
+
+
+def test_an_unknown_length_penalty_style_is_refused_by_name():
+    with pytest.raises(ValueError, match="length_penalty_style must be one of"):
+        tiny_model(0).generate(torch.tensor([[4, EOS]]), num_beams=2, length_penalty_style="wu")
+
+
+def test_a_transformers_without_the_beam_helpers_warns_that_the_gnmt_penalty_is_not_applied(monkeypatch, caplog):
+    from transformers import GenerationConfig
+    from transformers.generation.utils import GenerationMixin
+
+    import vaswani_mt.model.generation_vaswani as generation
+
+    monkeypatch.setattr(generation, "_warned", set())
+    monkeypatch.delattr(GenerationMixin, "_check_early_stop_heuristic")
+    with caplog.at_level(logging.WARNING), generation.gnmt_penalty_for(
+            GenerationConfig(length_penalty_style="gnmt", length_penalty=1.0)):
+        pass
+    assert "GNMT length penalty cannot be applied" in caplog.text
+
+
+def test_a_beam_helper_called_with_other_arguments_runs_unchanged_with_a_warning(monkeypatch, caplog):
+    from transformers import GenerationConfig
+
+    import vaswani_mt.model.generation_vaswani as generation
+
+    monkeypatch.setattr(generation, "_warned", set())
+    calls = []
+    with caplog.at_level(logging.WARNING), generation.gnmt_penalty_for(
+            GenerationConfig(length_penalty_style="gnmt", length_penalty=1.0)):
+        generation.with_gnmt_penalty("_update_finished_beams", lambda **kw: calls.append(kw), (), {"scores": 1})
+    assert calls == [{"scores": 1}] and "not written for" in caplog.text
+
+
+def test_a_ctranslate2_export_of_a_gnmt_model_says_ctranslate2_has_no_gnmt_penalty(tmp_path, caplog):
+    pytest.importorskip("ctranslate2")
+    from vaswani_mt.inference.export import export_ctranslate2
+
+    model = tiny_model(0)
+    model.generation_config.length_penalty_style = "gnmt"
+    with caplog.at_level(logging.WARNING):
+        export_ctranslate2(model, tmp_path / "ct2", tokens=["<pad>", "<unk>", "<s>", "</s>", "a", "b"])
+    assert "GNMT length penalty" in caplog.text
