@@ -143,6 +143,7 @@ class TestScores:
     bleu_lowercased_moses_tokenized_signature: str | None = None
     num_beams: int | None = None
     seconds: float | None = None
+    preprocess: str | None = None  # the text both sides were scored on, e.g. "lowercase_moses"; None: raw text
 
 
 @dataclass

@@ -30,11 +30,11 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq, TrainerCallback, TrainerState, set_seed
 
-from ..data.corpus import CleaningOptions, DataError, load_parallel, tokenize_dataset
+from ..data.corpus import CleaningOptions, DataError, load_parallel, preprocess_parallel, tokenize_dataset
 from ..data.tokenization import normalize_text, train_tokenizer
 from ..files import (describe_os_error, last_saves, remove_incomplete_checkpoints, share_weights, write_atomically,
                      writing)
-from ..metrics import corpus_scores, moses_tokenized_bleu
+from ..metrics import corpus_scores, moses_tokenized_bleu, tokenized_bleu
 from ..model.configuration_vaswani import VaswaniConfig
 from ..model.modeling_vaswani import VaswaniForConditionalGeneration
 from ..model.pipeline_vaswani import save_for_pipeline
@@ -107,13 +107,17 @@ def _model_config(config: RunConfig, tokenizer) -> VaswaniConfig:
             **config.model.config, "vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id,
             "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
             "decoder_start_token_id": tokenizer.bos_token_id,
+            **({"preprocess": config.data.preprocess, "source_lang": config.data.source_lang}
+               if config.data.preprocess else {}),
         })
 
 
-def _score(trainer: VaswaniTrainer, dataset, references: list[str], target_lang: str, num_beams: int, split: str,
+def _score(trainer: VaswaniTrainer, dataset, references: list[str], config: RunConfig,
            progress: TrainingProgress) -> tuple[TestScores, list[str]]:
-    """Translate `dataset` with beam search and score against the raw `references` (normalised as the
-    tokenizer normalises): cased detokenized sacreBLEU + chrF, and lowercased Moses-tokenized BLEU."""
+    """Translate `dataset` with beam search and score against the `references` (normalised as the tokenizer
+    normalises): sacreBLEU BLEU + chrF, and lowercased Moses-tokenized BLEU. With `data.preprocess`, references and
+    output are lowercased tokenized text already: the tokenized BLEU is then multi-bleu's on them as they are."""
+    num_beams, target_lang = config.training.num_beams, config.data.target_lang
     started = time.perf_counter()
     with progress.stage("test translation"):
         output = trainer.predict(dataset, metric_key_prefix="test", num_beams=num_beams)
@@ -123,9 +127,12 @@ def _score(trainer: VaswaniTrainer, dataset, references: list[str], target_lang:
     hypotheses = [h.strip() for h in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
     references = [normalize_text(r) for r in references]
     scores = corpus_scores(hypotheses, references)
-    tokenized = moses_tokenized_bleu(hypotheses, references, lang=target_lang, lowercase=True)
+    if config.data.preprocess:
+        tokenized = tokenized_bleu(hypotheses, references)
+    else:
+        tokenized = moses_tokenized_bleu(hypotheses, references, lang=target_lang, lowercase=True)
     result = TestScores(
-        split=split, sentences=len(hypotheses),
+        split=config.data.test_split, sentences=len(hypotheses), preprocess=config.data.preprocess,
         bleu=scores["bleu"], bleu_signature=scores["bleu_signature"],
         chrf=scores["chrf"], chrf_signature=scores["chrf_signature"],
         bleu_lowercased_moses_tokenized=tokenized["bleu"],
@@ -187,6 +194,7 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
     src, tgt = config.data.source_lang, config.data.target_lang
     with args.main_process_first(desc="data"):  # before the run folder exists: bad data leaves nothing behind
         raw, cleaning_report = load_parallel(config.data.path, src, tgt, splits=splits, clean=cleaning)
+        raw = preprocess_parallel(raw, config.data.preprocess, src, tgt)
     run_dir.mkdir(parents=True, exist_ok=True)
     _setup_logging(run, args.should_save)
     if args.should_save:
@@ -246,8 +254,7 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
 
     if config.data.test_split:
         references = [pair[tgt] for pair in raw[config.data.test_split]["translation"]]
-        test_scores, hypotheses = _score(trainer, tokenized[config.data.test_split], references, tgt,
-                                         config.training.num_beams, config.data.test_split, progress)
+        test_scores, hypotheses = _score(trainer, tokenized[config.data.test_split], references, config, progress)
         record.test = test_scores
         if args.should_save:
             write_atomically(("\n".join(hypotheses) + "\n").encode(), run.test_hypotheses)

@@ -55,6 +55,7 @@ import pyarrow as pa
 from datasets import Dataset, DatasetDict, Features, Value
 from datasets.table import InMemoryTable
 
+from ..model.pipeline_vaswani import preprocess_text
 from .tokenization import EOS_ID, normalize_text
 
 logger = logging.getLogger(__name__)
@@ -754,6 +755,22 @@ def _tokenize_batch(
     if with_attention_mask:
         result["attention_mask"] = [[1] * len(ids) for ids in input_ids]
     return result
+
+
+def preprocess_parallel(dataset: DatasetDict, preprocess: str | None, source_lang: str,
+                        target_lang: str) -> DatasetDict:
+    """Both sides of every pair as a model trained with `preprocess` (`VaswaniConfig.preprocess`, e.g.
+    "lowercase_moses") sees text; the dataset itself when `preprocess` is None. The model applies the same rule
+    (`preprocess_text`) to raw input at translation time."""
+    if preprocess is None:
+        return dataset
+
+    def convert(batch):
+        return {"translation": [{source_lang: preprocess_text(pair[source_lang], preprocess, source_lang),
+                                 target_lang: preprocess_text(pair[target_lang], preprocess, target_lang)}
+                                for pair in batch["translation"]]}
+
+    return dataset.map(convert, batched=True, desc=f"Preprocessing ({preprocess})")
 
 
 def tokenize_dataset(

@@ -40,12 +40,14 @@ import math
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from ..model.generation_vaswani import length_penalty_style
 from ..model.modeling_vaswani import OUTPUT_LENGTH_MARGIN
-from .translate import TranslateError, decoded_lines, fitting_new_tokens, load_model_and_tokenizer, translate_stream
+from .translate import (TranslateError, decoded_lines, fitting_new_tokens, load_model_and_tokenizer,
+                        source_preprocessing, translate_stream)
 
 logger = logging.getLogger(__name__)
 
@@ -275,13 +277,16 @@ def decoding_defaults(model) -> dict:
     the same way: beams, length penalty, and the output limit — `max_new_tokens` when the generation config fixes
     one, else the source length (padded, per batch) + `length_margin`, at most `max_position_embeddings`."""
     generation = model.generation_config
-    return {
+    defaults = {
         "num_beams": generation.num_beams or 1,
         "length_penalty": generation.length_penalty if generation.length_penalty is not None else 1.0,
         "max_new_tokens": generation.max_new_tokens,
         "length_margin": OUTPUT_LENGTH_MARGIN,
         "max_position_embeddings": model.config.max_position_embeddings,
     }
+    if getattr(model.config, "preprocess", None):  # what raw input goes through first (VaswaniConfig.preprocess)
+        defaults.update(preprocess=model.config.preprocess, source_lang=model.config.source_lang)
+    return defaults
 
 
 # Files a CTranslate2 export of ours holds: the converter's and the tokenizer's. Anything else in a folder means it is
@@ -403,7 +408,9 @@ class ExportedModel:
             results = self.translator.translate_batch(tokens, max_decoding_length=length, **options)
             return self._texts(result.hypotheses[0] for result in results)
 
-        return translate_stream(translate_batch, self.tokenizer, lines, limit=limit, **stream_options)
+        config = SimpleNamespace(preprocess=self.decoding.get("preprocess"), source_lang=self.decoding.get("source_lang"))
+        return translate_stream(translate_batch, self.tokenizer, lines, limit=limit,
+                                preprocess=source_preprocessing(config), **stream_options)
 
     def _texts(self, hypotheses: Iterable[list[str]]) -> list[str]:
         return decoded_lines(self.tokenizer, [self.tokenizer.convert_tokens_to_ids(tokens) for tokens in hypotheses])

@@ -48,7 +48,7 @@ def attention_maps(model, tokenizer, sentence: str, target: str | None = None,
     if not sentence.strip():
         raise ValueError("cannot draw attention for an empty sentence")
     config = model.config
-    source_ids = encode_source(tokenizer, sentence, config.max_position_embeddings)
+    source_ids = encode_source(tokenizer, sentence, config.max_position_embeddings, config=config)
     input_ids = torch.tensor([source_ids], device=model.device)
     attention_mask = torch.ones_like(input_ids)
     was_training = model.training

@@ -14,6 +14,7 @@ batching and ordering for any engine, which `vaswani_mt.inference.export.Exporte
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # vaswani_mt/__in
 from ..data.batching import pack_by_token_budget
 from ..data.corpus import NotUTF8Error, iter_lines
 from ..files import TOKENIZER_FILES, first_line, weights_problem
-from ..model.pipeline_vaswani import encode_source
+from ..model.pipeline_vaswani import encode_source, preprocess_source
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,8 @@ def translate_lines(
         generate_kwargs["max_new_tokens"] = fitting_new_tokens(max_new_tokens, limit)
     yield from translate_stream(lambda sources: _generate(model, tokenizer, sources, generate_kwargs), tokenizer,
                                 lines, limit=limit, max_tokens=max_tokens, sort_window=sort_window,
-                                truncation=truncation, on_translated=on_translated)
+                                truncation=truncation, on_translated=on_translated,
+                                preprocess=source_preprocessing(model.config))
 
 
 def translate_stream(
@@ -84,10 +86,12 @@ def translate_stream(
     sort_window: int = DEFAULT_SORT_WINDOW,
     truncation: bool = True,
     on_translated: Callable[[int], None] | None = None,
+    preprocess: Callable[[str], str] | None = None,
 ) -> Iterator[str]:
     """The streaming, batching and ordering of `translate_lines`, for any engine: `translate_batch(sources)` turns
     one batch of source token ids (unpadded, longest first, within `max_tokens` padded tokens) into one line of text
-    each. Sources longer than `limit` tokens (the engine's positions) are truncated with a warning."""
+    each. Sources longer than `limit` tokens (the engine's positions) are truncated with a warning. `preprocess`:
+    what each line goes through before the tokenizer (the model's `preprocess_source`)."""
     if max_tokens < 1 or sort_window < 1:
         raise ValueError(f"max_tokens and sort_window must be positive, got {max_tokens} and {sort_window}")
     window: list[str] = []
@@ -95,10 +99,11 @@ def translate_stream(
         window.append(line)
         if len(window) >= sort_window:
             yield from _translate_window(translate_batch, tokenizer, window, max_tokens, limit, truncation,
-                                         on_translated)
+                                         on_translated, preprocess)
             window = []
     if window:
-        yield from _translate_window(translate_batch, tokenizer, window, max_tokens, limit, truncation, on_translated)
+        yield from _translate_window(translate_batch, tokenizer, window, max_tokens, limit, truncation, on_translated,
+                                     preprocess)
 
 
 def fitting_new_tokens(requested: int, limit: int) -> int:
@@ -111,9 +116,13 @@ def fitting_new_tokens(requested: int, limit: int) -> int:
     return limit
 
 
-def _translate_window(translate_batch, tokenizer, texts, max_tokens, limit, truncation, on_translated):
+def _translate_window(translate_batch, tokenizer, texts, max_tokens, limit, truncation, on_translated, preprocess):
     results = [""] * len(texts)
     todo = [i for i, text in enumerate(texts) if text.strip()]
+    if preprocess is not None:
+        texts = list(texts)
+        for i in todo:
+            texts[i] = preprocess(texts[i])
     if on_translated is not None and len(todo) < len(texts):
         on_translated(len(texts) - len(todo))
     encoded = tokenizer([texts[i] for i in todo])["input_ids"] if todo else []
@@ -129,6 +138,13 @@ def _translate_window(translate_batch, tokenizer, texts, max_tokens, limit, trun
         if on_translated is not None:
             on_translated(len(batch))
     yield from results
+
+
+def source_preprocessing(config) -> Callable[[str], str] | None:
+    """What raw input goes through before the tokenizer for a model of `config` (None: nothing)."""
+    if getattr(config, "preprocess", None) is None:
+        return None
+    return functools.partial(preprocess_source, config=config)
 
 
 def _generate(model, tokenizer, sources: list[list[int]], generate_kwargs: dict) -> list[str]:

@@ -5,7 +5,8 @@
   (loaded once per process), so training, ``vaswani-mt translate --reference`` and an
   ``evaluate`` user get their scores and signatures from the same module.
 * :func:`moses_tokenized_bleu` -- the lowercased, Moses-tokenized ``multi-bleu.perl``
-  convention behind published Multi30k scores.
+  convention behind published Multi30k scores; :func:`tokenized_bleu` the same for text that
+  is lowercased and tokenized already.
 * :func:`load_metric` -- the same BLEU/chrF as an ``evaluate`` metric, loaded from the
   ``sacrebleu_chrf`` folder shipped in this package (``evaluate.load("sacrebleu")`` needs the Hub).
 """
@@ -17,12 +18,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .moses import moses_tokenize, moses_tokenized_bleu
+from .moses import moses_tokenize, moses_tokenized_bleu, tokenized_bleu
 from .sacrebleu_chrf.corpus_scoring import reference_streams
 
 METRIC_DIR = Path(__file__).resolve().parent / "sacrebleu_chrf"
 
-__all__ = ["METRIC_DIR", "corpus_scores", "load_metric", "moses_tokenize", "moses_tokenized_bleu"]
+__all__ = ["METRIC_DIR", "corpus_scores", "load_metric", "moses_tokenize", "moses_tokenized_bleu", "tokenized_bleu"]
 
 
 def load_metric(**load_kwargs: Any):

@@ -10,27 +10,10 @@ and the case setting.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Any
 
-from sacremoses import MosesTokenizer
-
+from ..model.pipeline_vaswani import moses_tokenize  # the one implementation: a model trained on such text uses it
 from .sacrebleu_chrf.corpus_scoring import bleu_scores, reference_streams
-
-
-@lru_cache(maxsize=8)
-def _moses_tokenizer(lang: str) -> MosesTokenizer:
-    return MosesTokenizer(lang=lang)
-
-
-def moses_tokenize(text: str, lang: str, lowercase: bool = True) -> str:
-    """Lowercase (optionally), then Moses-tokenize, without escaping ``&<>'"`` to XML entities.
-
-    Lowercasing comes first, as in the Multi30k preprocessing (``lowercase.perl | tokenizer.perl``).
-    """
-    if lowercase:
-        text = text.lower()
-    return _moses_tokenizer(lang).tokenize(text, return_str=True, escape=False)
 
 
 def moses_tokenized_bleu(
@@ -52,3 +35,12 @@ def moses_tokenized_bleu(
     ]
     # lowercase is passed on as well (a no-op on lowercased text) so the signature says case:lc.
     return bleu_scores(tokenized_hypotheses, tokenized_references, lowercase=lowercase, tokenize="none")
+
+
+def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[Any]) -> dict[str, Any]:
+    """multi-bleu.perl's BLEU of text that is lowercased and Moses-tokenized already (the output of a model trained
+    with ``preprocess: lowercase_moses``, against references that went through the same): sacreBLEU with
+    ``tokenize="none"``, ``lowercase=True``. Tokenizing again would not be a no-op (Moses splits ``'s`` once more)."""
+    streams = reference_streams(hypotheses, references)
+    return bleu_scores(list(hypotheses), [[stream[i] for stream in streams] for i in range(len(hypotheses))],
+                       lowercase=True, tokenize="none")

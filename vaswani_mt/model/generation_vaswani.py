@@ -39,13 +39,13 @@ from contextvars import ContextVar
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.generation.configuration_utils import GenerationConfig
 from transformers.generation.logits_process import (
     LogitsProcessorList,
     MinLengthLogitsProcessor,
     MinNewTokensLengthLogitsProcessor,
 )
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
-from transformers.generation.configuration_utils import GenerationConfig
 from transformers.generation.utils import GenerationMixin
 
 logger = logging.getLogger(__name__)

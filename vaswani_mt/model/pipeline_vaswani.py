@@ -95,7 +95,8 @@ class TranslationPipeline(Pipeline):
     def preprocess(self, text: str, truncation: bool = True) -> dict[str, torch.Tensor]:
         if not isinstance(text, str):
             raise TypeError(f"TranslationPipeline translates strings, got {type(text).__name__}")
-        ids = encode_source(self.tokenizer, text, self.model.config.max_position_embeddings, truncation)
+        ids = encode_source(self.tokenizer, text, self.model.config.max_position_embeddings, truncation,
+                            self.model.config)
         input_ids = torch.tensor([ids], dtype=torch.long)
         return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
 
@@ -163,9 +164,40 @@ def is_generation_keyword(key: str) -> bool:
 _GENERATION_KEYS = frozenset(vars(GenerationConfig()))
 
 
-def encode_source(tokenizer, text: str, max_tokens: int, truncation: bool = True) -> list[int]:
+def moses_tokenize(text: str, lang: str, lowercase: bool = True) -> str:
+    """Lowercase (optionally), then Moses-tokenize for `lang` without escaping ``&<>'"`` to XML entities — the
+    Multi30k preprocessing (``lowercase.perl | tokenizer.perl``), done by sacremoses."""
+    try:
+        from sacremoses import MosesTokenizer
+    except ImportError:
+        raise ImportError("this model expects lowercased, Moses-tokenized input (config.preprocess="
+                          "'lowercase_moses'), which needs the sacremoses package: pip install sacremoses") from None
+    tokenizer = _MOSES_TOKENIZERS.get(lang)
+    if tokenizer is None:
+        tokenizer = _MOSES_TOKENIZERS[lang] = MosesTokenizer(lang=lang)
+    return tokenizer.tokenize(text.lower() if lowercase else text, return_str=True, escape=False)
+
+
+_MOSES_TOKENIZERS: dict[str, Any] = {}
+
+
+def preprocess_text(text: str, preprocess: str | None, lang: str | None) -> str:
+    """`text` in language `lang` after `preprocess` (a `VaswaniConfig.preprocess` value; None: unchanged)."""
+    if preprocess == "lowercase_moses":
+        return moses_tokenize(text, lang)
+    return text
+
+
+def preprocess_source(text: str, config) -> str:
+    """Raw source text as the model saw its training text (`config.preprocess`; unchanged when None)."""
+    return preprocess_text(text, getattr(config, "preprocess", None), getattr(config, "source_lang", None))
+
+
+def encode_source(tokenizer, text: str, max_tokens: int, truncation: bool = True, config=None) -> list[int]:
     """Token ids of one source sentence (with the tokenizer's end-of-sentence token), cut to `max_tokens` with a
-    warning when longer (or a `ValueError` when `truncation` is False)."""
+    warning when longer (or a `ValueError` when `truncation` is False). With the model's `config`, the text is
+    first preprocessed as the training text was (`preprocess_source`)."""
+    text = preprocess_source(text, config)
     ids = tokenizer(text)["input_ids"]
     if len(ids) <= max_tokens:
         return ids
@@ -316,5 +348,8 @@ __all__ = [
     "custom_pipelines_entry",
     "pipeline_code_changes",
     "encode_source",
+    "moses_tokenize",
+    "preprocess_source",
+    "preprocess_text",
     "right_align",
 ]

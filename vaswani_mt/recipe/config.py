@@ -18,7 +18,7 @@ import yaml
 
 from ..data.corpus import is_hub_dataset_id
 from ..data.tokenization import NUM_BYTE_TOKENS, SPECIAL_TOKENS
-from ..model.configuration_vaswani import PRESETS, VaswaniConfig
+from ..model.configuration_vaswani import PREPROCESSING, PRESETS, VaswaniConfig
 
 SHIPPED_CONFIGS = Path(__file__).parent.parent / "configs"
 
@@ -38,6 +38,10 @@ class DataConfig:
     valid_subset: int | None = None  # score BLEU during training on the first N valid pairs only (faster)
     max_length: int = 256  # tokens; longer training examples are truncated (a warning counts them)
     drop_duplicates: bool = False  # drop exact duplicate training pairs
+    # "lowercase_moses": lowercase and Moses-tokenize both sides before the tokenizer (the literature's Multi30k
+    # protocol); the model records it, so translate and the pipeline do the same to raw input, and its test BLEU is
+    # then multi-bleu's, on the tokenized lowercase output. None: raw text.
+    preprocess: str | None = None
 
 
 @dataclass
@@ -259,6 +263,9 @@ def validate(config: RunConfig) -> None:
         raise ConfigError(f"data.path {config.data.path!r} does not exist (resolved: {data_path.resolve()})")
     if config.tokenizer.path is not None and not Path(config.tokenizer.path).is_dir():
         raise ConfigError(f"tokenizer.path {config.tokenizer.path!r} is not a folder")
+    if config.data.preprocess is not None and config.data.preprocess not in PREPROCESSING:
+        raise ConfigError(f"data.preprocess must be null or one of {list(PREPROCESSING)}, got "
+                          f"{config.data.preprocess!r}")
     if config.data.source_lang == config.data.target_lang:
         raise ConfigError("data.source_lang and data.target_lang must differ")
 
