@@ -128,3 +128,18 @@ def test_max_position_embeddings_below_the_training_max_length_is_a_config_error
 
     with pytest.raises(ConfigError, match=r"max_position_embeddings \(128\) is below data.max_length \(256\)"):
         load_run_config(None, {"data.path": str(tmp_path), "model.preset": "tiny", "data.max_length": 256})
+
+
+def test_the_data_description_is_a_typed_section_and_the_multi30k_configs_fill_it_in(tmp_path):
+    from vaswani_mt.recipe.config import ConfigError, load_run_config
+
+    for name in ("multi30k-en-de", "multi30k-de-en"):
+        description = load_run_config(name, {"data.path": str(tmp_path)}).data.description
+        assert description.name == "Multi30k" and "non-commercial" in description.terms
+        assert description.citation.startswith("@inproceedings{elliott-etal-2016-multi30k")
+    plain = load_run_config(None, {"data.path": str(tmp_path), "data.description.name": "My corpus"})
+    assert plain.data.description.name == "My corpus" and plain.data.description.terms is None
+    with pytest.raises(ConfigError, match="unknown config key 'data.description.citaton'; did you mean 'citation'"):
+        load_run_config(None, {"data.path": str(tmp_path), "data.description.citaton": "@misc{x}"})
+    with pytest.raises(ConfigError, match="config key 'data.description.terms' must be of type"):
+        load_run_config(None, {"data.path": str(tmp_path), "data.description.terms": 3})

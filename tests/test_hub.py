@@ -58,10 +58,13 @@ CLIENT_TIMEOUT = 300
 
 # --- the run folder a push starts from --------------------------------------------------------------------------------
 
+# the data description of the shipped Multi30k config: the card's Multi30k licence, domain and citation come from it
+MULTI30K_DESCRIPTION = yaml.safe_load((REPO_ROOT / "vaswani_mt" / "configs" / "multi30k-en-de.yaml").read_text(
+    encoding="utf-8"))["data"]["description"]
 RUN_CONFIG = {
     "data": {"path": "../shared/data/multi30k", "source_lang": "en", "target_lang": "de", "train_split": "train",
              "valid_split": "valid", "test_split": "test2016", "valid_subset": None, "max_length": 128,
-             "drop_duplicates": False},
+             "drop_duplicates": False, "description": MULTI30K_DESCRIPTION},
     "tokenizer": {"path": None, "vocab_size": 128, "min_frequency": 2},
     "model": {"preset": "tiny", "config": {"dropout": 0.3}},
     "training": {"max_tokens": 4096, "gradient_accumulation_steps": 1, "max_steps": None, "num_epochs": 60.0,
@@ -615,18 +618,47 @@ def test_a_missing_metric_is_left_out_of_the_card_not_invented(run_dir, tmp_path
     assert "The run recorded no test-set score" in card.text
 
 
+def test_what_the_card_says_about_the_data_comes_from_the_runs_data_description(run_dir, tmp_path):
+    from huggingface_hub import ModelCard
+
+    from vaswani_mt.publishing.model_card import render_model_card
+
+    def with_description(name: str, description: dict) -> Path:
+        copy_dir = tmp_path / name / run_dir.name
+        shutil.copytree(run_dir, copy_dir)
+        config = yaml.safe_load((copy_dir / "config.yaml").read_text())
+        config["data"]["description"] = description
+        (copy_dir / "config.yaml").write_text(yaml.safe_dump(config))
+        return copy_dir
+
+    bare = ModelCard(render_model_card(with_description("none", {}), REPO))  # a multi30k path alone says nothing
+    assert bare.data.license_name == "training-data-terms" and bare.data.datasets == ["multi30k"]
+    assert "does not know the terms of the training data (multi30k)" in bare.text
+    assert "Multi30k" not in bare.text and "elliott" not in bare.text and "The training data:" not in bare.text
+
+    mine = ModelCard(render_model_card(with_description("mine", {
+        "name": "Tiny Corpus", "hub_id": "me/tiny", "license_name": "tiny-terms", "license_link": "https://x.org/t",
+        "terms": "Use it kindly.", "domain": "Tiny sentences only.", "citation": "@misc{tiny}"}), REPO))
+    assert mine.data.license_name == "tiny-terms" and mine.data.license_link == "https://x.org/t"
+    assert mine.data.datasets == ["me/tiny"] and mine.data.eval_results[0].dataset_name == "Tiny Corpus"
+    for text in ("on Tiny Corpus test2016", "\n- Tiny sentences only.\n",
+                 "bound by its terms. Use it kindly. See https://x.org/t.",
+                 "The training data:\n\n```bibtex\n@misc{tiny}\n```"):
+        assert text in mine.text
+
+
 def test_card_licence_follows_the_flag_and_the_template_ships_inside_the_package(run_dir):
     from importlib import resources
 
-    from huggingface_hub import ModelCard
+    from huggingface_hub import ModelCard, ModelCardData
 
-    from vaswani_mt.publishing.model_card import TEMPLATE_NAME, fill_template, render_model_card
+    from vaswani_mt.publishing.model_card import TEMPLATE_NAME, card_from_template, render_model_card
 
     data = ModelCard(render_model_card(run_dir, REPO, license="cc-by-nc-4.0")).data.to_dict()
     assert data["license"] == "cc-by-nc-4.0" and "license_name" not in data
     assert resources.files("vaswani_mt.publishing").joinpath(TEMPLATE_NAME).is_file()
     with pytest.raises(KeyError, match="unknown key 'nope'"):
-        fill_template("{{ nope }}", {})
+        card_from_template(ModelCardData(), "{{ nope }}")
 
 
 def test_private_push_to_a_bare_name_goes_to_the_users_namespace_and_hides_the_repo(hub, cli_runs):

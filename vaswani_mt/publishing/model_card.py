@@ -1,19 +1,20 @@
-"""Model cards (README.md) for trained vaswani_mt models.
+"""Model cards (README.md) for trained vaswani_mt models, rendered with huggingface_hub's Jinja model cards.
 
 * :func:`render_model_card` ``(run_dir, repo_id=None)``: the card of a run folder written by ``vaswani-mt train``
-  (``config.yaml``, ``metrics.json``, ``model/``), as ``vaswani-mt push`` uploads it.
-* :func:`trainer_model_card` ``(trainer)``: the card ``VaswaniTrainer.push_to_hub`` writes, from the trainer's state,
-  the model's config and whatever run files exist.
+  (its `RunRecord`), as ``vaswani-mt push`` uploads it.
+* :func:`trainer_model_card` ``(record)``: the card ``VaswaniTrainer.push_to_hub`` writes, from
+  `RunRecord.from_trainer`.
 
-The card is ``model_card_template.md`` (shipped inside the package) filled with facts. The YAML metadata has
-``language``, ``license`` (+ ``license_name`` / ``license_link`` for ``other``), ``library_name: transformers``,
-``pipeline_tag: translation``, ``tags``, ``datasets``, ``metrics`` and a ``model-index`` with the measured test
-scores (the sacreBLEU signature in each metric's ``args``). Every number comes from the run: a metric the run did not
-record is left out, never estimated.
+The metadata is a ``ModelCardData`` (``language``, ``license`` (+ ``license_name`` / ``license_link`` for ``other``),
+``library_name``, ``pipeline_tag``, ``tags``, ``datasets``, ``metrics``, and one ``EvalResult`` per score, giving the
+``model-index`` of the measured test scores, sacreBLEU signatures in their ``args``); the text is
+``ModelCard.from_template`` with ``model_card_template.md`` (shipped inside the package), given the run's facts and
+table rows made from them. Every number comes from the run: a metric the run did not record is left out.
 
-Licence: the weights are derived from the training data, so the default licence is ``other`` with a name and link
-describing the data's terms (Multi30k: non-commercial research and education). Pass ``license="apache-2.0"`` (or any
-Hub licence id) when the data allows it.
+What the card says about the data (its name, terms, domain, citation) comes from the run config's
+``data.description`` (the shipped Multi30k configs describe Multi30k); without one the card uses generic wording.
+Licence: the weights are derived from the training data, so the default licence is ``other``, named and linked as the
+data description says. Pass ``license="apache-2.0"`` (or any Hub licence id) when the data allows it.
 """
 
 from __future__ import annotations
@@ -22,15 +23,12 @@ import dataclasses
 import json
 import math
 import re
-from importlib import resources
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from ..run_record import RunRecord
 
 TEMPLATE_NAME = "model_card_template.md"
+TEMPLATE_PATH = Path(__file__).with_name(TEMPLATE_NAME)
 DEFAULT_TAGS = ["translation", "transformer", "vaswani_mt", "attention-is-all-you-need", "custom_code"]
 
 LANGUAGE_NAMES = {
@@ -38,7 +36,7 @@ LANGUAGE_NAMES = {
     "fr": "French", "it": "Italian", "ja": "Japanese", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese",
     "ro": "Romanian", "ru": "Russian", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
 }
-# Example sentences for the card's code, in the languages Multi30k has (other languages fall back to English).
+# Example sentences for the card's code (other languages fall back to English, or to placeholders for fine-tuning).
 EXAMPLES = {
     "en": ["A dog runs across the grass.", "Two children are playing in the snow.",
            "A woman is riding a bicycle down the street.", "A man is cooking in a small kitchen."],
@@ -49,33 +47,12 @@ EXAMPLES = {
     "cs": ["Pes běží po trávě.", "Dvě děti si hrají ve sněhu.", "Žena jede na kole po ulici.",
            "Muž vaří v malé kuchyni."],
 }
-
-MULTI30K = {
-    "label": "Multi30k",
-    "license_name": "multi30k-non-commercial-research",
-    "license_link": "https://github.com/multi30k/dataset",
-    "terms": (
-        "Multi30k is partly derived from Flickr30k, and its authors provide it \"solely for researchers and "
-        "educators who wish to use the dataset for non-commercial research and/or educational purposes\" (the "
-        "repository has no LICENSE file). Treat these weights the same way: use them only for non-commercial "
-        "research or education."
-    ),
-    "domain": (
-        "Multi30k holds short descriptions of Flickr photos (about 12 words each) and their translations. Expect "
-        "good output only for short, literal, descriptive sentences. News, dialogue, technical text, long sentences "
-        "and whole documents are out of domain. The captions carry their annotators' biases, for example gendered "
-        "assumptions about people in the pictures, and the model reproduces them."
-    ),
-    "citation": """@inproceedings{elliott-etal-2016-multi30k,
-  author    = {Elliott, Desmond and Frank, Stella and Sima'an, Khalil and Specia, Lucia},
-  title     = {Multi30K: Multilingual English-German Image Descriptions},
-  booktitle = {Proceedings of the 5th Workshop on Vision and Language},
-  year      = {2016},
-  publisher = {Association for Computational Linguistics},
-  pages     = {70--74},
-  doi       = {10.18653/v1/W16-3210}
-}""",
-}
+TEST_METRICS = [  # (field of the test scores, metric type, display name, signature field)
+    ("bleu", "bleu", "BLEU (sacreBLEU: cased, 13a tokenization, detokenized output)", "bleu_signature"),
+    ("chrf", "chrf", "chrF (sacreBLEU)", "chrf_signature"),
+    ("bleu_lowercased_moses_tokenized", "bleu", "BLEU, lowercased and Moses-tokenized (sacreBLEU, tok:none)",
+     "bleu_lowercased_moses_tokenized_signature"),
+]
 
 
 # --- entry points ---------------------------------------------------------------------------------------------------
@@ -87,8 +64,9 @@ def render_model_card(run_dir, repo_id: str | None = None, *, license: str | Non
 
     `repo_id` ("user/name") names the model and goes into the usage code; without it the code reads
     ``"<namespace>/<name>"``. `license` is a Hub licence id; by default ``other``, described by `license_name` /
-    `license_link` or, for known data (Multi30k), by the data's terms. `dataset` overrides the dataset id of the
-    metadata (by default: ``data.path`` of the run config when it is a Hub id, else its folder name)."""
+    `license_link` or by the run's data description. `dataset` overrides the dataset id of the metadata (by default:
+    the data description's ``hub_id``, else ``data.path`` of the run config when it is a Hub id, else its folder
+    name)."""
     return render_card(RunRecord.read(run_dir), repo_id=repo_id, license=license, license_name=license_name,
                        license_link=license_link, dataset=dataset)
 
@@ -110,288 +88,160 @@ def trainer_model_card(record: RunRecord, repo_id: str | None = None, language=N
 # --- rendering ------------------------------------------------------------------------------------------------------
 
 def load_template() -> str:
-    return resources.files("vaswani_mt.publishing").joinpath(TEMPLATE_NAME).read_text(encoding="utf-8")
+    return TEMPLATE_PATH.read_text(encoding="utf-8")
 
 
-def fill_template(template: str, values: dict[str, Any]) -> str:
-    """``{{ key }}`` -> value; ``{{#key}}...{{/key}}`` kept when the value is truthy, ``{{^key}}...{{/key}}`` when it
-    is not; ``{{! ... !}}`` dropped. An unknown key raises `KeyError` (a template bug)."""
-    text = re.sub(r"\{\{!.*?!\}\}\n?", "", template, flags=re.S)
-    section = re.compile(r"\{\{([#^])(\w+)\}\}(.*?)\{\{/\2\}\}", re.S)
-    while True:
-        match = section.search(text)
-        if match is None:
-            break
-        kind, key, body = match.groups()
-        if key not in values:
-            raise KeyError(f"model card template: unknown section {key!r}")
-        keep = bool(values[key]) == (kind == "#")
-        text = text[:match.start()] + (body if keep else "") + text[match.end():]
+def card_from_template(card_data, template: str | None = None, **context):
+    """``ModelCard.from_template`` with our template (or the Jinja text `template`) and `context`. A template that
+    names a value it is not given raises `KeyError` (a template bug; jinja2 would print it as nothing)."""
+    import jinja2
+    import jinja2.meta
+    from huggingface_hub import ModelCard
 
-    def substitute(match):
-        key = match.group(1)
-        if key not in values:
-            raise KeyError(f"model card template: unknown key {key!r}")
-        return str(values[key])
-
-    text = re.sub(r"\{\{\s*(\w+)\s*\}\}", substitute, text)
-    return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
+    environment = jinja2.Environment()
+    given = {"card_data", *card_data.to_dict(), *context, *environment.globals}
+    text = load_template() if template is None else template
+    unknown = sorted(jinja2.meta.find_undeclared_variables(environment.parse(text)) - given)
+    if unknown:
+        raise KeyError(f"model card template: unknown key {unknown[0]!r}")
+    if template is None:
+        return ModelCard.from_template(card_data, template_path=str(TEMPLATE_PATH), **context)
+    return ModelCard.from_template(card_data, template_str=template, **context)
 
 
 def render_card(record: RunRecord, repo_id: str | None = None, license: str | None = None,  # noqa: A002
                 license_name: str | None = None, license_link: str | None = None, dataset: str | None = None,
                 language=None, extra_tags=None, model_name: str | None = None) -> str:
     """The card text of a run's record."""
+    from huggingface_hub import ModelCardData
+
     config = record.config
-    metrics = record.to_json()
-    metrics["validation"] = dataclasses.asdict(record.validation) if record.validation else {}
-    data_cfg = config.get("data") or {}
+    data = config.get("data") or {}
+    about = {key: value for key, value in (data.get("description") or {}).items() if value}
     model_config = record.model_config or record.model.config
-    generation = record.generation_config
+    preset = (config.get("model") or {}).get("preset") or record.model.preset
+    parameters = record.model.parameters
 
-    languages = _languages(language, data_cfg)
-    source, target = (languages + [None, None])[:2] if len(languages) == 2 else (None, None)
-    dataset_id = dataset or _dataset_id(data_cfg.get("path"))
-    known = MULTI30K if _is_multi30k(dataset_id, data_cfg.get("path")) else None
-    dataset_label = known["label"] if known else dataset_id
+    languages = [language] if isinstance(language, str) else [str(code) for code in language or []]
+    if not languages and data.get("source_lang") and data.get("target_lang"):
+        languages = [str(data["source_lang"]), str(data["target_lang"])]
+    source, target = languages if len(languages) == 2 else (None, None)
+    dataset_id = dataset or about.get("hub_id") or _dataset_id(data.get("path"))
+    data_name = about.get("name") or dataset_id
     name = model_name or (repo_id.split("/")[-1] if repo_id else record.name or "vaswani-mt-model")
-    repo = repo_id or f"<namespace>/{name}"
+    test = _measured_test(record.test)
+    results = _eval_results(test, dataset_id, data_name, source, target)
 
-    test = _measured_test(metrics.get("test") or {})
-    meta_license, license_text = _license(license, license_name, license_link, known, dataset_label)
-    metadata = _metadata(name, languages, meta_license, dataset_id, dataset_label, source, target, test,
-                         extra_tags)
+    if license and license != "other":
+        licence = {"license": license}
+    else:
+        licence = {"license": "other", "license_name": license_name or about.get("license_name")
+                   or "training-data-terms", "license_link": license_link or about.get("license_link")}
+    card_data = ModelCardData(
+        language=languages or None, **licence, library_name="transformers", pipeline_tag="translation",
+        tags=DEFAULT_TAGS + ([extra_tags] if isinstance(extra_tags, str) else list(extra_tags or [])),
+        datasets=[dataset_id] if dataset_id else None, metrics=sorted({r.metric_type for r in results}) or None,
+        eval_results=results or None, model_name=name if results else None)
+    for key in ("language", "license", "license_name", "license_link", "library_name", "pipeline_tag", "tags",
+                "datasets", "metrics"):
+        card_data[key] = card_data.pop(key)  # the metadata's order: language first, as before (model-index last)
 
-    values = {
-        "metadata": yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True, width=100).rstrip("\n"),
-        "title": name,
-        "task_phrase": _task_phrase(source, target, dataset_label),
-        "shape_phrase": _shape_phrase(config, metrics, model_config),
-        "headline": _headline(test, dataset_label),
-        "snippet_generate": _snippet_generate(repo, source),
-        "snippet_pipeline": _snippet_pipeline(repo, source),
-        "snippet_finetune": _snippet_finetune(repo, source, target),
-        "decoding_text": _decoding_text(generation),
-        "results_table": _results_table(test),
-        "results_note": _results_note(test, dataset_label),
-        "selection_text": _selection_text(metrics.get("selection") or {}, metrics.get("validation") or {}),
-        "architecture_table": _architecture_table(config, metrics, model_config),
-        "data_text": _data_text(data_cfg, config.get("tokenizer") or {}, dataset_label, source, target,
-                                model_config, bool(metrics.get("data"))),
-        "cleaning_table": _cleaning_table(metrics.get("data") or {}),
-        "recipe_table": _recipe_table(config.get("training") or {}),
-        "run_table": _run_table(metrics.get("training") or {}, metrics.get("command")),
-        "limitations": _limitations(known, dataset_label, model_config, test),
-        "license_text": license_text,
-        "data_citation": known["citation"] if known else "",
-    }
-    return fill_template(load_template(), values)
+    path = data.get("path")
+    pairs = (list(zip(EXAMPLES[source], EXAMPLES[target])) if source in EXAMPLES and target in EXAMPLES
+             else [(f"source sentence {i}", f"its translation {i}") for i in range(1, 5)])
+    card = card_from_template(
+        card_data, title=name, repo=_py(repo_id or f"<namespace>/{name}"), about=about, data_name=data_name,
+        source=source, target=target, source_name=LANGUAGE_NAMES.get(source, source),
+        target_name=LANGUAGE_NAMES.get(target, target), preset=preset,
+        shape=_shape(model_config, parameters),
+        example=_py(EXAMPLES.get(source, EXAMPLES["en"])[1]), pairs=[(_py(s), _py(t)) for s, t in pairs],
+        decoding=_decoding(record.generation_config), results=_results(test, data_name),
+        selection=record.selection, validation=record.validation,
+        architecture=_architecture_rows(model_config, preset, parameters),
+        data=data, tokenizer=config.get("tokenizer") or {},
+        vocab=model_config.get("vocab_size") or (config.get("tokenizer") or {}).get("vocab_size"),
+        hub_path=path if path and _dataset_id(path) == path else None,
+        splits=[f"{role} `{data[key]}`" for key, role in (("train_split", "training"), ("valid_split", "validation"),
+                                                           ("test_split", "test")) if data.get(key)],
+        cleaning=_cleaning_rows(record.data), recipe=_recipe_rows(config.get("training") or {}),
+        run=_run_rows(record.training, record.command),
+        max_positions=model_config.get("max_position_embeddings"),
+        licence={"id": licence["license"], "link": licence.get("license_link"), "name_given": bool(license_name)})
+    return re.sub(r"\n{3,}", "\n\n", str(card)).strip() + "\n"
 
 
-# --- facts -> text --------------------------------------------------------------------------------------------------
+# --- facts -> values for the template -------------------------------------------------------------------------------
 
-def _measured_test(test: dict) -> dict:
-    """The test block with only the metrics that were measured (numbers, not None/NaN)."""
-    out = {k: v for k, v in test.items() if v is not None}
-    for key in ("bleu", "chrf", "bleu_lowercased_moses_tokenized"):
+def _measured_test(test) -> dict:
+    """The test scores with only the metrics that were measured (numbers, not None/NaN)."""
+    out = {k: v for k, v in (dataclasses.asdict(test) if test else {}).items() if v is not None}
+    for key, *_ in TEST_METRICS:
         value = out.get(key)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
             out.pop(key, None)
     return out
 
 
-TEST_METRICS = [  # (key in metrics.json "test", metric type, display name, signature key)
-    ("bleu", "bleu", "BLEU (sacreBLEU: cased, 13a tokenization, detokenized output)", "bleu_signature"),
-    ("chrf", "chrf", "chrF (sacreBLEU)", "chrf_signature"),
-    ("bleu_lowercased_moses_tokenized", "bleu", "BLEU, lowercased and Moses-tokenized (sacreBLEU, tok:none)",
-     "bleu_lowercased_moses_tokenized_signature"),
-]
-
-
-def _metadata(name, languages, meta_license, dataset_id, dataset_label, source, target, test, extra_tags) -> dict:
+def _eval_results(test, dataset_id, data_name, source, target) -> list:
+    """The model-index entries (one `EvalResult` per measured metric, its sacreBLEU signature in ``args``)."""
     from huggingface_hub import EvalResult
-    from huggingface_hub.repocard_data import eval_results_to_model_index
 
-    metadata: dict[str, Any] = {}
-    if languages:
-        metadata["language"] = languages
-    metadata.update(meta_license)
-    metadata["library_name"] = "transformers"
-    metadata["pipeline_tag"] = "translation"
-    tags = list(DEFAULT_TAGS)
-    for tag in [extra_tags] if isinstance(extra_tags, str) else (extra_tags or []):
-        if tag not in tags:
-            tags.append(tag)
-    metadata["tags"] = tags
-    if dataset_id:
-        metadata["datasets"] = [dataset_id]
-    results = []
-    if dataset_id and test:
-        for key, metric_type, metric_name, signature_key in TEST_METRICS:
-            if key not in test:
-                continue
-            args = {k: v for k, v in {"signature": test.get(signature_key), "num_beams": test.get("num_beams"),
-                                      "sentences": test.get("sentences")}.items() if v is not None}
-            results.append(EvalResult(
-                task_type="translation",
-                task_name=f"Translation {source}-{target}" if source else "Translation",
-                dataset_type=dataset_id, dataset_name=dataset_label or dataset_id,
-                dataset_config=f"{source}-{target}" if source else None,
-                dataset_split=test.get("split"),
-                metric_type=metric_type, metric_value=test[key], metric_name=metric_name,
-                metric_args=args or None,
-            ))
-    if results:
-        metadata["metrics"] = sorted({r.metric_type for r in results})
-        metadata["model-index"] = eval_results_to_model_index(name, results)
-    return metadata
+    if not dataset_id:
+        return []
+    args = {k: test[k] for k in ("num_beams", "sentences") if k in test}
+    return [EvalResult(task_type="translation", task_name=f"Translation {source}-{target}" if source else "Translation",
+                       dataset_type=dataset_id, dataset_name=data_name, dataset_split=test.get("split"),
+                       dataset_config=f"{source}-{target}" if source else None, metric_type=metric_type,
+                       metric_value=test[key], metric_name=metric_name,
+                       metric_args={**({"signature": test[signature]} if signature in test else {}), **args} or None)
+            for key, metric_type, metric_name, signature in TEST_METRICS if key in test]
 
 
-def _license(license, license_name, license_link, known, dataset_label) -> tuple[dict, str]:  # noqa: A002
-    data_terms = known["terms"] if known else (
-        f"This card does not know the terms of the training data ({dataset_label or 'unknown'}); check them before "
-        "you use or share these weights.")
-    if license and license != "other":
-        text = (f"The weights are released under `{license}`, as chosen by the uploader. The weights are derived from "
-                f"the training data, so its terms still apply. {data_terms}")
-        return {"license": license}, text + _code_license_note()
-    fields = {"license": "other",
-              "license_name": license_name or (known["license_name"] if known else "training-data-terms")}
-    link = license_link or (known["license_link"] if known else None)
-    if link:
-        fields["license_link"] = link
-    text = ("The licence is `other`. The weights are derived from the training data and are bound by its terms. "
-            f"{data_terms}")
-    if link:
-        text += f" See {link}."
-    if not known and not license_name:
-        text += (" If the data allows it, re-upload with a licence, e.g. `vaswani-mt push ... --license "
-                 "apache-2.0`.")
-    return fields, text + _code_license_note()
+def _results(test, data_name) -> dict | None:
+    """The test scores as the card's headline and Results section show them (None: no score was measured)."""
+    rows = [(name, f"{test[key]:.2f}", test.get(signature)) for key, _, name, signature in TEST_METRICS if key in test]
+    if not rows:
+        return None
+    sentences = f"{test['sentences']:,}" if "sentences" in test else None
+    details = [sentences and f"{sentences} sentences", "num_beams" in test and f"beam {test['num_beams']}"]
+    return {"rows": rows, "where": " ".join(p for p in (data_name, test.get("split")) if p), "sentences": sentences,
+            "scores": [f"{name} {test[key]:.2f}" for key, name in (("bleu", "BLEU"), ("chrf", "chrF")) if key in test],
+            "details": [d for d in details if d], "num_beams": test.get("num_beams"), "seconds": test.get("seconds")}
 
 
-def _code_license_note() -> str:
-    return ("\n\nThe code files (`modeling_vaswani.py`, `configuration_vaswani.py`, `pipeline_vaswani.py`) come "
-            "from vaswani_mt, under the Apache License 2.0.")
-
-
-def _task_phrase(source, target, dataset_label) -> str:
-    phrase = (f"{_language_name(source)}-to-{_language_name(target)} translation ({source} → {target})"
-              if source else "machine translation")
-    return phrase + (f" on {dataset_label}" if dataset_label else "")
-
-
-def _shape_phrase(config, metrics, model_config) -> str:
-    preset = (config.get("model") or {}).get("preset") or (metrics.get("model") or {}).get("preset")
+def _shape(m, parameters) -> list[str]:
     parts = []
-    if model_config.get("encoder_layers") is not None and model_config.get("decoder_layers") is not None:
-        parts.append(f"{model_config['encoder_layers']}+{model_config['decoder_layers']} layers")
-    if model_config.get("d_model") is not None:
-        parts.append(f"d_model {model_config['d_model']}")
-    if model_config.get("encoder_attention_heads") is not None:
-        parts.append(f"{model_config['encoder_attention_heads']} heads")
-    parameters = (metrics.get("model") or {}).get("parameters")
+    if m.get("encoder_layers") is not None and m.get("decoder_layers") is not None:
+        parts.append(f"{m['encoder_layers']}+{m['decoder_layers']} layers")
+    if m.get("d_model") is not None:
+        parts.append(f"d_model {m['d_model']}")
+    if m.get("encoder_attention_heads") is not None:
+        parts.append(f"{m['encoder_attention_heads']} heads")
     if parameters:
         parts.append(f"{_count(parameters)} parameters")
-    if not parts and not preset:
-        return ""
-    lead = f"It is the `{preset}` preset" if preset else "Shape"
-    return lead + (": " + ", ".join(parts) if parts else "") + "."
+    return parts
 
 
-def _headline(test, dataset_label) -> str:
-    scores = [f"{label} {test[key]:.2f}" for key, label in (("bleu", "BLEU"), ("chrf", "chrF")) if key in test]
-    if not scores:
-        return ""
-    where = " on " + " ".join(p for p in (dataset_label, test.get("split")) if p) if (dataset_label or
-                                                                                      test.get("split")) else ""
-    details = [f"{test['sentences']:,} sentences" if "sentences" in test else None,
-               f"beam {test['num_beams']}" if "num_beams" in test else None]
-    details = ", ".join(d for d in details if d)
-    return " and ".join(scores) + where + (f" ({details})" if details else "") + \
-        ", scored with sacreBLEU; the signatures are listed under Results."
+def _decoding(generation) -> list[str]:
+    beams, penalty = generation.get("num_beams"), generation.get("length_penalty")
+    return ([] if beams is None else [f"beam search with {beams} beams" if beams > 1 else "greedy search"]) + \
+        ([] if penalty is None else [f"length penalty {penalty}"])
 
 
-def _results_table(test) -> str:
-    rows = []
-    for key, _, metric_name, signature_key in TEST_METRICS:
-        if key in test:
-            signature = test.get(signature_key)
-            # a "|" inside a table cell must be escaped, even within a code span (GitHub-flavoured Markdown)
-            cell = "`" + signature.replace("|", "\\|") + "`" if signature else ""
-            rows.append(f"| {metric_name} | {test[key]:.2f} | {cell} |")
-    if not rows:
-        return ""
-    return "| Metric | Score | sacreBLEU signature |\n| --- | ---: | --- |\n" + "\n".join(rows)
-
-
-def _results_note(test, dataset_label) -> str:
-    parts = []
-    where = " ".join(p for p in (dataset_label, test.get("split")) if p)
-    if where:
-        parts.append(f"Test set: {where}" + (f", {test['sentences']:,} sentences" if "sentences" in test else "")
-                     + ".")
-    if "num_beams" in test:
-        parts.append(f"Beam search with {test['num_beams']} beams." if test["num_beams"] > 1 else "Greedy search.")
-    parts.append("Scores are computed on detokenized output against the raw references.")
-    if "seconds" in test:
-        parts.append(f"Translating the test set took {test['seconds']} s.")
-    parts.append("These scores are not comparable to the paper's WMT 2014 results, which come from different data.")
-    return " ".join(parts)
-
-
-def _selection_text(selection, validation) -> str:
-    parts = []
-    if selection.get("chosen") == "averaged" and selection.get("averaged_checkpoints"):
-        names = ", ".join(selection["averaged_checkpoints"])
-        text = (f"the weights are the average of the last {len(selection['averaged_checkpoints'])} checkpoints "
-                f"({names}), as in §6.1")
-        scores = []
-        if selection.get("valid_bleu_averaged") is not None:
-            scores.append(f"validation BLEU {selection['valid_bleu_averaged']:.2f}")
-        if selection.get("valid_bleu_best_checkpoint") is not None:
-            scores.append(f"{selection['valid_bleu_best_checkpoint']:.2f} for the best single checkpoint")
-        parts.append(text + (f" ({', against '.join(scores)})" if scores else "") + ".")
-    elif selection.get("chosen"):
-        text = "the weights are those of the best checkpoint by validation BLEU"
-        if selection.get("best_checkpoint"):
-            text += f" (`{Path(selection['best_checkpoint']).name}`"
-            if selection.get("valid_bleu_best_checkpoint") is not None:
-                text += f", validation BLEU {selection['valid_bleu_best_checkpoint']:.2f}"
-            text += ")"
-        if selection.get("valid_bleu_averaged") is not None:
-            text += (f"; the average of the last checkpoints scored lower "
-                     f"({selection['valid_bleu_averaged']:.2f})")
-        parts.append(text + ".")
-    if validation.get("bleu") is not None:
-        parts.append(f"The last evaluation during training (step {validation['step']}) gave validation BLEU "
-                     f"{validation['bleu']:.2f}" + (f", chrF {validation['chrf']:.2f}" if validation.get("chrf")
-                                                    is not None else "") + ".")
-    return " ".join(parts)
-
-
-def _architecture_table(config, metrics, model_config) -> str:
-    m = model_config
-    preset = (config.get("model") or {}).get("preset") or (metrics.get("model") or {}).get("preset")
+def _architecture_rows(m, preset, parameters) -> list[tuple]:
     rows = [("Architecture", "encoder-decoder Transformer (§3)")]
     if preset:
         rows.append(("Preset", f"`{preset}`"))
     if "encoder_layers" in m:
         rows.append(("Layers (N)", f"{m['encoder_layers']} encoder, {m.get('decoder_layers', '?')} decoder"))
-    for key, label in (("d_model", "d_model"),):
-        if key in m:
-            rows.append((label, str(m[key])))
-    if "encoder_attention_heads" in m:
-        heads = m["encoder_attention_heads"]
-        dec = m.get("decoder_attention_heads", heads)
-        rows.append(("Attention heads (h)", str(heads) if dec == heads else f"{heads} encoder, {dec} decoder"))
-    if "encoder_ffn_dim" in m:
-        ffn, dec = m["encoder_ffn_dim"], m.get("decoder_ffn_dim", m["encoder_ffn_dim"])
-        rows.append(("Feed-forward (d_ff)", str(ffn) if dec == ffn else f"{ffn} encoder, {dec} decoder"))
-    if "activation_function" in m:
-        rows.append(("Activation", m["activation_function"]))
-    for key, label in (("dropout", "Dropout (P_drop)"), ("attention_dropout", "Attention dropout"),
-                       ("activation_dropout", "Activation dropout")):
+    if "d_model" in m:
+        rows.append(("d_model", str(m["d_model"])))
+    for key, label in (("attention_heads", "Attention heads (h)"), ("ffn_dim", "Feed-forward (d_ff)")):
+        if f"encoder_{key}" in m:
+            enc, dec = m[f"encoder_{key}"], m.get(f"decoder_{key}", m[f"encoder_{key}"])
+            rows.append((label, str(enc) if dec == enc else f"{enc} encoder, {dec} decoder"))
+    for key, label in (("activation_function", "Activation"), ("dropout", "Dropout (P_drop)"),
+                       ("attention_dropout", "Attention dropout"), ("activation_dropout", "Activation dropout")):
         if key in m:
             rows.append((label, str(m[key])))
     if "norm_style" in m:
@@ -400,76 +250,36 @@ def _architecture_table(config, metrics, model_config) -> str:
                                                                                        m["norm_style"])))
     if "max_position_embeddings" in m:
         rows.append(("Positions", f"sinusoidal (§3.5), at most {m['max_position_embeddings']} tokens"))
-    embedding = []
-    if m.get("share_embeddings"):
-        embedding.append("shared by source and target")
-    if m.get("tie_word_embeddings"):
-        embedding.append("tied to the output projection")
-    if m.get("scale_embedding"):
-        embedding.append("scaled by sqrt(d_model)")
+    embedding = [text for key, text in (("share_embeddings", "shared by source and target"),
+                                        ("tie_word_embeddings", "tied to the output projection"),
+                                        ("scale_embedding", "scaled by sqrt(d_model)")) if m.get(key)]
     if embedding:
         rows.append(("Embeddings", ", ".join(embedding) + " (§3.4)"))
     if "vocab_size" in m:
         rows.append(("Vocabulary", f"{m['vocab_size']:,} tokens"))
-    parameters = (metrics.get("model") or {}).get("parameters")
     if parameters:
         rows.append(("Parameters", f"{parameters:,}"))
-    return _table(("Setting", "Value"), rows)
+    return rows
 
 
-def _data_text(data_cfg, tokenizer_cfg, dataset_label, source, target, model_config, has_cleaning) -> str:
-    sentences = []
-    if dataset_label or source:
-        text = f"Trained on {dataset_label or 'parallel data'}"
-        if source:
-            text += f" ({source} → {target})"
-        path = data_cfg.get("path")
-        if path and _dataset_id(path) == path:
-            text += f", loaded from the Hub dataset `{path}`"
-        sentences.append(text + ".")
-    splits = [f"{role} `{data_cfg[key]}`" for key, role in (("train_split", "training"),
-                                                              ("valid_split", "validation"),
-                                                              ("test_split", "test")) if data_cfg.get(key)]
-    if splits:
-        sentences.append("Splits: " + ", ".join(splits) + ".")
-    if data_cfg.get("max_length"):
-        sentences.append(f"Training examples longer than {data_cfg['max_length']} tokens were truncated.")
-    if data_cfg.get("drop_duplicates"):
-        sentences.append("Exact duplicate training pairs were dropped.")
-    if tokenizer_cfg:
-        vocab = model_config.get("vocab_size") or tokenizer_cfg.get("vocab_size")
-        if tokenizer_cfg.get("path"):
-            sentences.append("The tokenizer was given to the run, not trained by it"
-                             + (f"; it has {vocab:,} tokens." if vocab else "."))
-        elif vocab:
-            sentences.append(f"Tokenizer: a joint byte-pair-encoding vocabulary of {vocab:,} tokens, learned on the "
-                             "training split of both languages (§5.1).")
-    if sentences and has_cleaning:
-        sentences.append("The run cleaned the text before training; the table below counts what the cleaning did.")
-    return " ".join(sentences)
-
-
-def _cleaning_table(cleaning) -> str:
+def _cleaning_rows(cleaning) -> list[tuple]:
     rows = []
     for split, report in cleaning.items():
         if not isinstance(report, dict):
             continue
         dropped = report.get("dropped") or {}
-        dropped_text = str(sum(dropped.values())) if dropped else "0"
+        dropped_text = str(sum(dropped.values()))
         if dropped:
             dropped_text += " (" + ", ".join(f"{reason}: {count}" for reason, count in dropped.items()) + ")"
         rows.append((f"`{split}`", _maybe(report.get("pairs_in"), "{:,}"), _maybe(report.get("pairs_out"), "{:,}"),
                      dropped_text if report.get("filtered", True) else "not filtered",
                      _maybe(report.get("html_unescaped")), _maybe(report.get("text_normalized"))))
-    if not rows:
-        return ""
-    return _table(("Split", "Pairs read", "Pairs kept", "Dropped", "HTML entities unescaped", "Text normalized"),
-                  rows)
+    return rows
 
 
-def _recipe_table(training) -> str:
-    t = training
+def _recipe_rows(t) -> list[tuple]:
     rows = []
+    until = f" and {t['max_minutes']} minutes" if t.get("max_minutes") else ""
     if "adam_beta1" in t:
         rows.append(("Optimizer", f"Adam, β1 = {t['adam_beta1']}, β2 = {t.get('adam_beta2')}, "
                                   f"ε = {t.get('adam_epsilon')} (§5.3)"))
@@ -481,18 +291,16 @@ def _recipe_table(training) -> str:
     if "label_smoothing" in t:
         rows.append(("Label smoothing", f"ε_ls = {t['label_smoothing']} (§5.4)"))
     if t.get("max_tokens"):
-        batch = f"about {t['max_tokens']:,} tokens per side, sentences of similar length batched together (§5.1)"
-        if t.get("gradient_accumulation_steps", 1) and t.get("gradient_accumulation_steps", 1) > 1:
-            batch += f", × {t['gradient_accumulation_steps']} gradient accumulation"
-        rows.append(("Batch", batch))
+        accumulation = t.get("gradient_accumulation_steps") or 1
+        rows.append(("Batch", f"about {t['max_tokens']:,} tokens per side, sentences of similar length batched "
+                              "together (§5.1)" + (f", × {accumulation} gradient accumulation" if accumulation > 1
+                                                   else "")))
     elif t.get("per_device_train_batch_size"):
         rows.append(("Batch", f"{t['per_device_train_batch_size']} sentences per device"))
     if t.get("max_steps"):
-        rows.append(("Length", f"at most {t['max_steps']:,} updates"
-                     + (f" and {t['max_minutes']} minutes" if t.get("max_minutes") else "")))
+        rows.append(("Length", f"at most {t['max_steps']:,} updates" + until))
     elif t.get("num_epochs"):
-        rows.append(("Length", f"at most {t['num_epochs']} epochs"
-                     + (f" and {t['max_minutes']} minutes" if t.get("max_minutes") else "")))
+        rows.append(("Length", f"at most {t['num_epochs']} epochs" + until))
     if "weight_decay" in t:
         rows.append(("Weight decay", str(t["weight_decay"])))
     if "max_grad_norm" in t:
@@ -507,91 +315,36 @@ def _recipe_table(training) -> str:
         rows.append(("Precision", "bfloat16 autocast" if t["bf16"] else "float32"))
     if "seed" in t:
         rows.append(("Seed", str(t["seed"])))
-    return _table(("Setting", "Value"), rows) if rows else ""
+    return rows
 
 
-def _run_table(training, command) -> str:
-    t = training
+def _run_rows(t, command) -> list[tuple]:
     rows = []
-    if t.get("steps") is not None:
-        rows.append(("Updates", f"{t['steps']:,}"))
-    if t.get("epochs") is not None:
-        rows.append(("Epochs", str(t["epochs"])))
-    if t.get("train_runtime_seconds") is not None:
-        rows.append(("Training time", _duration(t["train_runtime_seconds"]) + " (evaluations included)"))
-    if t.get("target_tokens_per_second_median") is not None:
-        rows.append(("Throughput", f"{t['target_tokens_per_second_median']:,.0f} target tokens per second "
+    if t.steps is not None:
+        rows.append(("Updates", f"{t.steps:,}"))
+    if t.epochs is not None:
+        rows.append(("Epochs", str(t.epochs)))
+    if t.train_runtime_seconds is not None:
+        rows.append(("Training time", _duration(t.train_runtime_seconds) + " (evaluations included)"))
+    if t.target_tokens_per_second_median is not None:
+        rows.append(("Throughput", f"{t.target_tokens_per_second_median:,.0f} target tokens per second "
                                    "(median over logging intervals)"))
-    if t.get("final_train_loss") is not None:
-        rows.append(("Final training loss", f"{t['final_train_loss']:.3f} (label-smoothed, per target token)"))
-    hardware = t.get("hardware") or {}
-    if hardware:
-        parts = []
-        if hardware.get("cpu"):
-            parts.append(f"{hardware['cpu']}" + (f", {hardware['cpu_count']} cores" if hardware.get("cpu_count")
-                                                 else ""))
-        if hardware.get("torch_threads"):
-            parts.append(_plural(hardware["torch_threads"], "torch thread"))
-        if "cuda" in hardware:
-            parts.append("CUDA" if hardware["cuda"] else "no GPU")
-        if hardware.get("torch"):
-            parts.append(f"torch {hardware['torch']}")
-        rows.append(("Hardware", "; ".join(parts)))
-    if t.get("world_size"):
-        rows.append(("Processes", str(t["world_size"])))
+    if t.final_train_loss is not None:
+        rows.append(("Final training loss", f"{t.final_train_loss:.3f} (label-smoothed, per target token)"))
+    h = t.hardware
+    if h:
+        parts = [f"{h.cpu}" + (f", {h.cpu_count} cores" if h.cpu_count else "") if h.cpu else None,
+                 h.torch_threads and f"{h.torch_threads} torch thread" + ("" if h.torch_threads == 1 else "s"),
+                 None if h.cuda is None else "CUDA" if h.cuda else "no GPU", h.torch and f"torch {h.torch}"]
+        rows.append(("Hardware", "; ".join(p for p in parts if p)))
+    if t.world_size:
+        rows.append(("Processes", str(t.world_size)))
     if command:
         rows.append(("Command", f"`{command}`"))
-    return _table(("", ""), rows) if rows else ""
-
-
-def _decoding_text(generation) -> str:
-    beams, penalty = generation.get("num_beams"), generation.get("length_penalty")
-    if beams is None and penalty is None:
-        return ""
-    settings = []
-    if beams is not None:
-        settings.append(f"beam search with {beams} beams" if beams > 1 else "greedy search")
-    if penalty is not None:
-        settings.append(f"length penalty {penalty}")
-    return ("Decoding defaults (generation_config.json): " + ", ".join(settings) + ". When neither `max_length` "
-            "nor `max_new_tokens` is set, a translation is at most the source length + 50 tokens long, as in §6.1. "
-            "Hugging Face's length penalty divides a beam's score by `length ** penalty`, which is not the GNMT "
-            "formula the paper used. Any `generate()` argument overrides these defaults, e.g. `num_beams=1`.")
-
-
-def _limitations(known, dataset_label, model_config, test) -> str:
-    items = []
-    if known:
-        items.append(known["domain"])
-    elif dataset_label:
-        items.append(f"The model knows only the domain of {dataset_label}; expect worse output elsewhere.")
-    items.append("It translates single sentences; split documents into sentences first.")
-    if model_config.get("max_position_embeddings"):
-        items.append(f"Inputs of more than {model_config['max_position_embeddings']} tokens do not fit: the pipeline "
-                     "truncates them (with a warning), and `generate` raises an error.")
-    items.append("The model has not been evaluated for bias, robustness or safety. Do not use it where a wrong "
-                 "translation can cause harm.")
-    if not test:
-        items.append("The run recorded no test-set score for these weights.")
-    return "\n".join(f"- {item}" for item in items)
+    return rows
 
 
 # --- helpers --------------------------------------------------------------------------------------------------------
-
-
-
-
-
-def _languages(language, data_cfg) -> list[str]:
-    if language:
-        return [language] if isinstance(language, str) else [str(code) for code in language]
-    pair = [data_cfg.get("source_lang"), data_cfg.get("target_lang")]
-    return [str(code) for code in pair] if all(pair) else []
-
-
-def _language_name(code) -> str:
-    return LANGUAGE_NAMES.get(code, code)
-
 
 def _dataset_id(path) -> str | None:
     """A Hub dataset id (``owner/name`` or ``name``) as given, else the folder or file name of a local path."""
@@ -606,28 +359,6 @@ def _dataset_id(path) -> str | None:
     return Path(name).stem if Path(name).suffix else name
 
 
-def _is_multi30k(dataset_id, path) -> bool:
-    return any("multi30k" in str(value).lower() for value in (dataset_id, path) if value)
-
-
-
-
-
-
-
-
-def _table(header: tuple, rows: list[tuple]) -> str:
-    if not rows:
-        return ""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _plural(n, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
 def _py(text: str) -> str:
     """A double-quoted Python string literal (JSON's escapes are valid Python)."""
     return json.dumps(text, ensure_ascii=False)
@@ -638,84 +369,20 @@ def _maybe(value, fmt: str = "{}") -> str:
 
 
 def _count(n: int) -> str:
-    if n >= 1e9:
-        return f"{n / 1e9:.1f}B"
-    if n >= 1e6:
-        return f"{n / 1e6:.1f}M"
-    if n >= 1e3:
-        return f"{n / 1e3:.1f}k"
+    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= size:
+            return f"{n / size:.1f}{suffix}"
     return str(n)
 
 
 def _duration(seconds: float) -> str:
     seconds = float(seconds)
-    if seconds < 10:
-        return f"{seconds:.1f} s"
     if seconds < 60:
-        return f"{seconds:.0f} s"
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
     minutes = seconds / 60
     if minutes < 60:
         return f"{minutes:.0f} min"
     return f"{int(minutes // 60)} h {int(round(minutes % 60))} min"
 
 
-# --- code snippets in the card --------------------------------------------------------------------------------------
-
-def _examples(lang) -> list[str]:
-    return EXAMPLES.get(lang, EXAMPLES["en"])
-
-
-def _snippet_generate(repo: str, source) -> str:
-    text = _examples(source)[1]
-    return f'''from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-tokenizer = AutoTokenizer.from_pretrained({_py(repo)}, trust_remote_code=True)
-model = AutoModelForSeq2SeqLM.from_pretrained({_py(repo)}, trust_remote_code=True)
-
-inputs = tokenizer([{_py(text)}], return_tensors="pt", padding=True)
-outputs = model.generate(**inputs)  # the paper's beam search; see "Decoding defaults" below
-print(tokenizer.batch_decode(outputs, skip_special_tokens=True)[0])'''
-
-
-def _snippet_pipeline(repo: str, source) -> str:
-    text = _examples(source)[1]
-    return f'''from transformers import pipeline
-
-translator = pipeline("translation", model={_py(repo)}, trust_remote_code=True)
-print(translator({_py(text)})[0]["translation_text"])'''
-
-
-def _snippet_finetune(repo: str, source, target) -> str:
-    if source in EXAMPLES and target in EXAMPLES:
-        pairs = list(zip(EXAMPLES[source], EXAMPLES[target]))
-    else:
-        pairs = [(f"source sentence {i}", f"its translation {i}") for i in range(1, 5)]
-    pair_lines = "\n".join(f"    ({_py(s)}, {_py(t)})," for s, t in pairs)
-    return f'''from datasets import Dataset
-from huggingface_hub import hf_hub_download
-from transformers import (AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer,
-                          Seq2SeqTrainingArguments)
-
-tokenizer = AutoTokenizer.from_pretrained({_py(repo)}, trust_remote_code=True)
-model = AutoModelForSeq2SeqLM.from_pretrained({_py(repo)}, trust_remote_code=True)
-
-pairs = [  # your (source, target) sentence pairs
-{pair_lines}
-]
-train_dataset = Dataset.from_dict({{"source": [s for s, _ in pairs], "target": [t for _, t in pairs]}}).map(
-    lambda batch: tokenizer(batch["source"], text_target=batch["target"], truncation=True,
-                            max_length=model.config.max_position_embeddings),
-    batched=True, remove_columns=["source", "target"])
-
-args = Seq2SeqTrainingArguments(output_dir="finetuned", learning_rate=1e-4, per_device_train_batch_size=8,
-                                num_train_epochs=10, save_strategy="no", report_to="none")
-trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=train_dataset, processing_class=tokenizer,
-                         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model))
-trainer.train()
-trainer.save_model("finetuned")  # weights, config, tokenizer and model code
-hf_hub_download({_py(repo)}, "pipeline_vaswani.py", local_dir="finetuned")  # for pipeline("translation", ...)
-# reload: AutoModelForSeq2SeqLM.from_pretrained("finetuned", trust_remote_code=True)'''
-
-
-__all__ = ["render_model_card", "render_card", "trainer_model_card", "load_template",
-           "fill_template"]
+__all__ = ["card_from_template", "load_template", "render_card", "render_model_card", "trainer_model_card"]

@@ -28,6 +28,19 @@ class ConfigError(ValueError):
 
 
 @dataclass
+class DataDescription:
+    """What the model card says about the training data; a field left out gets the card's generic wording."""
+
+    name: str | None = None  # the data's name in the card's text, e.g. Multi30k (default: its dataset id)
+    hub_id: str | None = None  # its Hub dataset id for the card's metadata (default: data.path or its folder name)
+    license_name: str | None = None  # the card's licence name (license: other) for weights bound by the data's terms
+    license_link: str | None = None  # where the data's terms are published
+    terms: str | None = None  # the data's terms of use, which the weights inherit (the card's Licence section)
+    domain: str | None = None  # what the text is and its biases: where the model works (the card's Limitations)
+    citation: str | None = None  # BibTeX of the data, cited by the card
+
+
+@dataclass
 class DataConfig:
     path: str = "../shared/data/multi30k"  # folder of {split}.{lang} files, a JSONL/CSV/Parquet file, or a Hub id
     source_lang: str = "en"
@@ -42,6 +55,7 @@ class DataConfig:
     # protocol); the model records it, so translate and the pipeline do the same to raw input, and its test BLEU is
     # then multi-bleu's, on the tokenized lowercase output. None: raw text.
     preprocess: str | None = None
+    description: DataDescription = field(default_factory=DataDescription)  # licence, domain, citation for the card
 
 
 @dataclass
