@@ -97,3 +97,18 @@ def test_a_ctranslate2_export_of_such_a_model_preprocesses_raw_input_too(model, 
     with torch.no_grad():
         expected = list(translate_lines(model, tokenizer, lines, num_beams=2, max_new_tokens=8))
     assert list(exported.translate_lines(lines, num_beams=2, max_new_tokens=8)) == expected
+
+
+def test_the_model_card_of_such_a_run_says_what_its_scores_and_input_are():
+    from vaswani_mt.publishing.model_card import render_card
+    from vaswani_mt.run_record import RunRecord, TestScores
+
+    record = RunRecord(name="lctok", config={"data": {"source_lang": "en", "target_lang": "de"}},
+                       model_config={"preprocess": "lowercase_moses", "source_lang": "en", "d_model": 128},
+                       test=TestScores(split="test2016", bleu=40.1, bleu_signature="nrefs:1|case:mixed|tok:13a",
+                                       bleu_lowercased_moses_tokenized=40.9,
+                                       bleu_lowercased_moses_tokenized_signature="nrefs:1|case:lc|tok:none",
+                                       preprocess="lowercase_moses"))
+    card = render_card(record, repo_id="someone/lctok")
+    assert "trained on lowercased, Moses-tokenized text" in card and "40.90" in card
+    assert ".lower()" in card and "Scores are computed on detokenized output" not in card

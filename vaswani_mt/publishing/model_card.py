@@ -25,6 +25,7 @@ import math
 import re
 from pathlib import Path
 
+from ..data.corpus import is_hub_dataset_id
 from ..run_record import RunRecord
 
 TEMPLATE_NAME = "model_card_template.md"
@@ -152,7 +153,7 @@ def render_card(record: RunRecord, repo_id: str | None = None, license: str | No
     card = card_from_template(
         card_data, title=name, repo=_py(repo_id or f"<namespace>/{name}"), about=about, data_name=data_name,
         source=source, target=target, source_name=LANGUAGE_NAMES.get(source, source),
-        target_name=LANGUAGE_NAMES.get(target, target), preset=preset,
+        target_name=LANGUAGE_NAMES.get(target, target), preset=preset, preprocess=model_config.get("preprocess"),
         shape=_shape(model_config, parameters),
         example=_py(EXAMPLES.get(source, EXAMPLES["en"])[1]), pairs=[(_py(s), _py(t)) for s, t in pairs],
         decoding=_decoding(record.generation_config), results=_results(test, data_name),
@@ -206,7 +207,8 @@ def _results(test, data_name) -> dict | None:
     details = [sentences and f"{sentences} sentences", "num_beams" in test and f"beam {test['num_beams']}"]
     return {"rows": rows, "where": " ".join(p for p in (data_name, test.get("split")) if p), "sentences": sentences,
             "scores": [f"{name} {test[key]:.2f}" for key, name in (("bleu", "BLEU"), ("chrf", "chrF")) if key in test],
-            "details": [d for d in details if d], "num_beams": test.get("num_beams"), "seconds": test.get("seconds")}
+            "details": [d for d in details if d], "num_beams": test.get("num_beams"), "seconds": test.get("seconds"),
+            "preprocess": test.get("preprocess")}
 
 
 def _shape(m, parameters) -> list[str]:
@@ -351,9 +353,7 @@ def _dataset_id(path) -> str | None:
     if not path:
         return None
     path = str(path)
-    local = (path.startswith((".", "/", "~")) or path.count("/") > 1 or "\\" in path
-             or Path(path).suffix.lower() in (".jsonl", ".json", ".csv", ".tsv", ".parquet", ".txt"))
-    if not local and re.fullmatch(r"[\w.-]+(/[\w.-]+)?", path):
+    if is_hub_dataset_id(path):  # the data layer's one rule
         return path
     name = Path(path.rstrip("/\\")).name
     return Path(name).stem if Path(name).suffix else name
