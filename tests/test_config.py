@@ -143,3 +143,59 @@ def test_the_data_description_is_a_typed_section_and_the_multi30k_configs_fill_i
         load_run_config(None, {"data.path": str(tmp_path), "data.description.citaton": "@misc{x}"})
     with pytest.raises(ConfigError, match="config key 'data.description.terms' must be of type"):
         load_run_config(None, {"data.path": str(tmp_path), "data.description.terms": 3})
+
+
+# -- configs that extend others -----------------------------------------------------------------------------------
+
+def test_the_shipped_de_en_config_is_the_en_de_one_with_the_languages_swapped():
+    from vaswani_mt.recipe.config import load_run_config
+
+    en_de, de_en = load_run_config("multi30k-en-de").to_dict(), load_run_config("multi30k-de-en").to_dict()
+    assert (de_en["data"]["source_lang"], de_en["data"]["target_lang"]) == ("de", "en")
+    for config in (en_de, de_en):
+        del config["data"]["source_lang"], config["data"]["target_lang"], config["output_dir"]
+        config["quick"].pop("output_dir")
+    assert de_en == en_de
+
+
+def test_a_config_extends_another_section_by_section_and_its_own_keys_win(tmp_path):
+    from vaswani_mt.recipe.config import load_run_config
+
+    (tmp_path / "mine.yaml").write_text("extends: multi30k-en-de\ntraining:\n  warmup_steps: 123\n"
+                                        "model:\n  config:\n    norm_style: pre\n")
+    (tmp_path / "child.yaml").write_text("extends: mine.yaml\ntraining:\n  seed: 9\n")  # beside the file
+    config = load_run_config(str(tmp_path / "child.yaml"))
+    shipped = load_run_config("multi30k-en-de")
+    assert (config.training.warmup_steps, config.training.seed, config.model.config) == (
+        123, 9, {**shipped.model.config, "norm_style": "pre"})
+    assert config.training.max_tokens == shipped.training.max_tokens and config.data == shipped.data
+
+
+def test_an_extends_loop_or_a_bad_extends_value_is_refused_naming_the_file(tmp_path):
+    from vaswani_mt.recipe.config import ConfigError, load_run_config
+
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\n")
+    with pytest.raises(ConfigError, match="'extends' loops back to it"):
+        load_run_config(str(tmp_path / "a.yaml"))
+    (tmp_path / "c.yaml").write_text("extends: [a, b]\n")
+    with pytest.raises(ConfigError, match="'extends' must name one config"):
+        load_run_config(str(tmp_path / "c.yaml"))
+    (tmp_path / "d.yaml").write_text("extends: no-such-config\n")
+    with pytest.raises(ConfigError, match="'no-such-config' is neither a file nor a shipped config"):
+        load_run_config(str(tmp_path / "d.yaml"))
+
+
+def test_the_protocol_config_reproduces_the_published_recipe():
+    from vaswani_mt.model.configuration_vaswani import VaswaniConfig
+    from vaswani_mt.recipe.config import load_run_config
+    from vaswani_mt.recipe.schedule import noam_lr
+
+    config = load_run_config("multi30k-en-de-lctok")
+    shape = VaswaniConfig.from_preset(config.model.preset, **config.model.config)
+    assert (shape.d_model, shape.encoder_ffn_dim, shape.encoder_layers, shape.decoder_layers,
+            shape.encoder_attention_heads, shape.dropout) == (128, 256, 4, 4, 4, 0.3)
+    t = config.training
+    assert config.data.preprocess == "lowercase_moses" and (t.max_steps, t.warmup_steps, t.num_beams) == (8000, 2000, 5)
+    peak = noam_lr(t.warmup_steps, d_model=shape.d_model, warmup_steps=t.warmup_steps, factor=t.noam_factor)
+    assert peak == pytest.approx(0.005, rel=0.01)

@@ -40,7 +40,8 @@ from ..model.modeling_vaswani import VaswaniForConditionalGeneration
 from ..model.pipeline_vaswani import save_for_pipeline
 from ..publishing.plots import plot_training_curves
 from ..recipe.averaging import average_checkpoints
-from ..recipe.config import ConfigError, RunConfig, load_run_config, parse_overrides, save_run_config
+from ..recipe.config import (ConfigError, RunConfig, load_run_config, parse_overrides, save_run_config,
+                             shipped_config_names)
 from ..recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments, complete_checkpoints, is_complete_checkpoint
 from ..run_record import (Hardware, ModelFacts, RunFolder, RunRecord, Selection, TestScores, TrainingFigures,
                           last_validation)
@@ -323,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
                "--model.config.norm_style pre --data.path ../shared/data/multi30k",
     )
     parser.add_argument("--config", required=True,
-                        help="a YAML file or a shipped config name (multi30k-en-de, multi30k-de-en, wmt14-en-de-base)")
+                        help="a YAML file or a shipped config name (" + ", ".join(shipped_config_names()) + ")")
     parser.add_argument("--quick", action="store_true", help="apply the config's 'quick' section: a few minutes on a CPU")
     parser.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
     parser.add_argument("--output-dir", help="run folder (overrides output_dir)")

@@ -166,6 +166,10 @@ def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def shipped_config_names() -> list[str]:
+    return sorted(path.stem for path in SHIPPED_CONFIGS.glob("*.yaml"))
+
+
 def resolve_config_path(name_or_path: str) -> Path:
     """A config file path, or the name of a shipped config (`multi30k-en-de`)."""
     path = Path(name_or_path)
@@ -174,8 +178,8 @@ def resolve_config_path(name_or_path: str) -> Path:
     shipped = SHIPPED_CONFIGS / f"{name_or_path}.yaml"
     if shipped.is_file():
         return shipped
-    names = sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml"))
-    raise ConfigError(f"config {name_or_path!r} is neither a file nor a shipped config ({', '.join(names)})")
+    raise ConfigError(f"config {name_or_path!r} is neither a file nor a shipped config "
+                      f"({', '.join(shipped_config_names())})")
 
 
 def _read_utf8(path: Path) -> str:
@@ -194,16 +198,9 @@ def _read_utf8(path: Path) -> str:
 
 def load_run_config(name_or_path: str | None, overrides: dict[str, Any] | None = None,
                     quick: bool = False) -> RunConfig:
-    """Read a YAML config, apply `--quick` and dotted overrides, validate types and values."""
-    raw: dict = {}
-    if name_or_path is not None:
-        path = resolve_config_path(name_or_path)
-        try:
-            raw = yaml.safe_load(_read_utf8(path)) or {}
-        except yaml.YAMLError as error:
-            raise ConfigError(f"{path}: not valid YAML: {error}") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping (sections data, tokenizer, model, training)")
+    """Read a YAML config (and the configs it `extends`), apply `--quick` and dotted overrides, validate types and
+    values."""
+    raw = _read_config_tree(name_or_path, ()) if name_or_path is not None else {}
     if quick:
         quick_overrides = raw.get("quick") or {}
         if not quick_overrides:
@@ -215,6 +212,34 @@ def load_run_config(name_or_path: str | None, overrides: dict[str, Any] | None =
     config = _build(RunConfig, raw, "")
     validate(config)
     return config
+
+
+def _read_config_tree(name_or_path: str, seen: tuple[Path, ...]) -> dict:
+    """The mapping of a config file; with `extends: OTHER` (a shipped config name or a path), OTHER's mapping with
+    this file's keys merged over it, section by section."""
+    path = resolve_config_path(name_or_path)
+    if path.resolve() in seen:
+        raise ConfigError(f"{path}: 'extends' loops back to it (" + " -> ".join(p.name for p in (*seen, path)) + ")")
+    try:
+        raw = yaml.safe_load(_read_utf8(path)) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping (sections data, tokenizer, model, training)")
+    parent = raw.pop("extends", None)
+    if parent is None:
+        return raw
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: 'extends' must name one config (a shipped name or a path), got {parent!r}")
+    beside = path.parent / parent  # a relative path is read from the extending file's folder first
+    return _merged(_read_config_tree(str(beside) if beside.is_file() else parent, (*seen, path.resolve())), raw)
+
+
+def _merged(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 # The recipe's value rules, one list for both places a setting enters: the run config (`validate`, which names the key
