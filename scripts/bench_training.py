@@ -3,8 +3,10 @@
     python scripts/bench_training.py                    # fp32 and bf16, 5 repetitions of 3 steps each
     python scripts/bench_training.py --precision fp32   # one precision only
     python scripts/bench_training.py --quick            # 2 repetitions of 1 step, short idle waits
+    python scripts/bench_training.py --shape mini       # the `mini` preset (multi30k-en-de-lctok's shape)
 
-The "small" shape (d_model 256, 3+3 layers, 4 heads, FFN 1024, vocab 8000, dropout 0.1), 266 sentence pairs of 15
+The "small" shape (d_model 256, 3+3 layers, 4 heads, FFN 1024, vocab 8000, dropout 0.1; `--shape mini`: d_model
+128, 4+4 layers, 4 heads, FFN 256, vocab 10000, dropout 0.3), 266 sentence pairs of 15
 source and 15 target tokens (3990 target tokens per step, as in /work/shared/notes/benchmarks.md), torch with 2
 threads, fused Adam (betas 0.9/0.98, eps 1e-9) for both — transformers' Trainer's default optimizer is fused too.
 The Marian model is `vaswani_mt.model.convert.to_marian(ours)`. Each model uses its own loss (ours: token-level
@@ -68,6 +70,8 @@ def main(argv=None) -> int:
                         help="seconds to wait for an idle machine (default 120, --quick 10)")
     parser.add_argument("--max-redo", type=int, default=3, help="redos of a disturbed repetition")
     parser.add_argument("--precision", choices=("fp32", "bf16", "all"), default="all")
+    parser.add_argument("--shape", choices=("small", "mini"), default="small",
+                        help="small (multi30k-en-de) or mini (multi30k-en-de-lctok)")
     args = parser.parse_args(argv)
     if args.quick:
         args.repetitions, args.steps, args.max_redo = 2, 1, 1
@@ -75,11 +79,12 @@ def main(argv=None) -> int:
         args.max_wait = 10.0 if args.quick else 120.0
     torch.set_num_threads(args.threads)
 
-    from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
+    from vaswani_mt import PRESETS, VaswaniConfig, VaswaniForConditionalGeneration
     from vaswani_mt.model.convert import to_marian
 
+    shape = SMALL_SHAPE if args.shape == "small" else {**PRESETS["mini"], "vocab_size": 10000}
     torch.manual_seed(0)
-    ours = VaswaniForConditionalGeneration(VaswaniConfig(**SMALL_SHAPE))
+    ours = VaswaniForConditionalGeneration(VaswaniConfig(**shape))
     marian = to_marian(ours)
     ours.train()
     marian.train()
@@ -99,7 +104,7 @@ def main(argv=None) -> int:
             systems[f"marian eager {precision}"] = step_runner(eager, batch, args.steps, bf16)
         systems[f"ours {precision}"] = step_runner(copy.deepcopy(ours), batch, args.steps, bf16)
     tokens = int(batch["labels"].numel())
-    print(f"torch {torch.__version__}, {args.threads} threads; {PAIRS} pairs x {LENGTH} tokens = {tokens} target "
+    print(f"shape {args.shape}; torch {torch.__version__}, {args.threads} threads; {PAIRS} pairs x {LENGTH} tokens = {tokens} target "
           f"tokens/step; {args.repetitions} repetitions x {args.steps} steps", file=sys.stderr)
     for run in systems.values():  # warm-up (allocates Adam state)
         run()
