@@ -47,6 +47,15 @@ def test_no_batch_exceeds_the_token_budget_on_either_side():
         assert_within_budget(list(sampler), src, tgt, max_tokens)
 
 
+def test_padding_to_a_multiple_stays_within_the_budget():
+    src, tgt = random_lengths()
+    for max_tokens in (257, 1000, 4096):
+        sampler = TokenBudgetBatchSampler(src, tgt, max_tokens=max_tokens, seed=3, pad_to_multiple_of=8)
+        batches = list(sampler)
+        assert sorted(i for batch in batches for i in batch) == list(range(len(src)))
+        assert_within_budget(batches, -(-src // 8) * 8, -(-tgt // 8) * 8, max_tokens)
+
+
 def test_every_example_appears_exactly_once_per_epoch():
     src, tgt = random_lengths()
     sampler = TokenBudgetBatchSampler(src, tgt, max_tokens=500, seed=1)

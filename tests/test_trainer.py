@@ -347,3 +347,16 @@ def test_bleu_chrf_metrics_score_predictions_equal_to_the_references_100():
     assert scores == {"bleu": pytest.approx(100.0), "chrf": pytest.approx(100.0)}
     assert len(received) == 1 and set(received[0]) == {"bleu", "chrf"}
 
+
+
+def test_compiled_training_marks_every_batch_dimension_dynamic_and_does_without_torchs_private_helper(monkeypatch):
+    import torch._dynamo
+
+    from vaswani_mt.recipe.trainer import _any_shape
+
+    marked = []
+    monkeypatch.setattr(torch._dynamo, "maybe_mark_dynamic", lambda tensor, dim: marked.append((tensor.dim(), dim)))
+    _any_shape({"input_ids": torch.zeros(2, 3), "labels": torch.zeros(2, 4), "note": "not a tensor"})
+    assert marked == [(2, 0), (2, 1), (2, 0), (2, 1)]
+    monkeypatch.delattr(torch._dynamo, "maybe_mark_dynamic")
+    _any_shape({"input_ids": torch.zeros(2, 3)})  # torch's automatic dynamic shapes take over: nothing to do

