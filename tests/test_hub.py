@@ -709,3 +709,14 @@ def test_a_real_training_run_folder_pushes_and_loads(hub, tmp_path):
     assert f"| Updates | {metrics['training']['steps']} |" in card
     script = WITHOUT_VASWANI_MT + card_code(card, "translator = pipeline(") + "\nprint('{\"ok\": true}')\n"
     assert run_script(script, client_env(hub, tmp_path / "hf-user"), tmp_path) == {"ok": True}
+
+
+def test_a_push_keeps_the_runs_own_pipeline_file_and_a_new_save_brings_the_current_one(tmp_path):
+    import json
+
+    from vaswani_mt.model.pipeline_vaswani import PIPELINE_FILE, custom_pipelines_entry, pipeline_code_changes
+
+    (tmp_path / "config.json").write_text(json.dumps({"custom_pipelines": custom_pipelines_entry()}))
+    (tmp_path / PIPELINE_FILE).write_text("# the pipeline this model was saved with\n")
+    assert pipeline_code_changes(tmp_path) == {}
+    assert list(pipeline_code_changes(tmp_path, keep_existing=False)) == [PIPELINE_FILE]

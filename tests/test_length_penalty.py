@@ -115,3 +115,14 @@ def test_a_ctranslate2_export_of_a_gnmt_model_says_ctranslate2_has_no_gnmt_penal
     with caplog.at_level(logging.WARNING):
         export_ctranslate2(model, tmp_path / "ct2", tokens=["<pad>", "<unk>", "<s>", "</s>", "a", "b"])
     assert "GNMT length penalty" in caplog.text
+
+
+def test_the_model_card_names_the_length_penalty_the_model_decodes_with():
+    from vaswani_mt.publishing.model_card import render_card
+    from vaswani_mt.run_record import RunRecord
+
+    gnmt = render_card(RunRecord(name="m", generation_config={"num_beams": 4, "length_penalty": 0.6,
+                                                              "length_penalty_style": "gnmt"}))
+    plain = render_card(RunRecord(name="m", generation_config={"num_beams": 4, "length_penalty": 0.6}))
+    assert "length penalty 0.6 (GNMT's formula, §6.1)" in gnmt and "((5 + length) / 6) ** penalty" in gnmt
+    assert "which is not the GNMT formula" in plain and "which is not the GNMT formula" not in gnmt

@@ -65,6 +65,7 @@ def run_train(*args: str, timeout: int = 300, umask: int = -1) -> subprocess.Com
     (["--training.label_smoothing", "1.5"], "training.label_smoothing must be in [0, 1)"),
     (["--training.average_last", "9"], "cannot exceed training.keep_checkpoints"),
     (["--tokenizer.vocab_size", "120"], "tokenizer.vocab_size must be above 260"),
+    (["--data.max_length", "600"], "data.max_length (600) exceeds training.max_tokens (512)"),
 ])
 def test_bad_config_is_refused_before_any_work_with_the_key_named(tmp_path, small_corpus, capsys, override,
                                                                    message):
@@ -452,3 +453,14 @@ def test_the_trainers_argument_defaults_are_the_run_configs(tmp_path):
                           ("adam_epsilon", "adam_epsilon"), ("weight_decay", "weight_decay"),
                           ("num_beams", "generation_num_beams")]:
         assert getattr(args, argument) == getattr(recipe, key), key
+
+
+def test_resume_accepts_a_config_that_differs_only_in_what_the_card_and_quick_read(tmp_path, small_corpus):
+    from vaswani_mt.cli.train import _what_trains
+
+    first = load_run_config(str(tiny_config(tmp_path, small_corpus)))
+    later = load_run_config(str(tiny_config(tmp_path, small_corpus)),
+                            parse_overrides(["--data.description.name", "My corpus"]))
+    assert _what_trains(first) == _what_trains(later)
+    changed = load_run_config(str(tiny_config(tmp_path, small_corpus)), parse_overrides(["--training.seed", "99"]))
+    assert _what_trains(first) != _what_trains(changed)

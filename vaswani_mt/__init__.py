@@ -35,7 +35,7 @@ VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 register_translation_pipeline()
 # VaswaniTrainer(push_to_hub=True) uploads vaswani_mt's model card: the publishing layer plugs it into the recipe's
 # trainer here, so that the trainer does not import the layers above it.
-VaswaniTrainer.card_writer = staticmethod(trainer_model_card)
+VaswaniTrainer.card_writer = trainer_model_card
 
 __all__ = [
     "PRESETS",

@@ -108,8 +108,8 @@ def _model_config(config: RunConfig, tokenizer) -> VaswaniConfig:
             **config.model.config, "vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id,
             "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
             "decoder_start_token_id": tokenizer.bos_token_id,
-            **({"preprocess": config.data.preprocess, "source_lang": config.data.source_lang}
-               if config.data.preprocess else {}),
+            **({"preprocess": config.data.preprocess, "source_lang": config.data.source_lang,
+                "target_lang": config.data.target_lang} if config.data.preprocess else {}),
         })
 
 
@@ -335,6 +335,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _what_trains(config: RunConfig) -> dict:
+    """The settings a resumed run must share with its start: all but what only the card and --quick read."""
+    settings = config.to_dict()
+    settings["data"].pop("description", None)
+    settings.pop("quick", None)
+    return settings
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
@@ -344,11 +352,12 @@ def main(argv: list[str] | None = None) -> int:
         if known.output_dir:
             overrides["output_dir"] = known.output_dir
         config = load_run_config(known.config, overrides, quick=known.quick)
-        if known.resume and (Path(config.output_dir) / "config.yaml").exists():
-            saved = load_run_config(str(Path(config.output_dir) / "config.yaml"))
-            if saved.to_dict() != config.to_dict():
-                raise ConfigError(f"--resume: the config differs from the one {config.output_dir}/config.yaml was "
-                                  "started with; resume with the same config and overrides")
+        saved_config = RunFolder(config.output_dir).config
+        if known.resume and saved_config.exists():
+            saved = load_run_config(str(saved_config))
+            if _what_trains(saved) != _what_trains(config):
+                raise ConfigError(f"--resume: the config differs from the one {saved_config} was started with; "
+                                  f"resume with the same config and overrides, or with --config {saved_config}")
         run(config, resume=known.resume, command="vaswani-mt train " + " ".join(argv))
     except (ConfigError, DataError) as error:
         print(f"vaswani-mt train: error: {error}", file=sys.stderr)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from ..files import describe_os_error, writing
-from ..inference.engines import load_translator
+from ..inference.engines import load_translator, target_preprocessing
 from ..inference.translate import DEFAULT_MAX_TOKENS, DEFAULT_SORT_WINDOW, TranslateError, read_lines
 from ..metrics import corpus_scores
 
@@ -175,6 +175,10 @@ def _run(args) -> int:
             )
         if not hypotheses:
             raise TranslateError("cannot score an empty input")
+        preprocess = target_preprocessing(args.model)
+        if preprocess is not None:  # the model writes lowercased, tokenized text: score against such references
+            references = [preprocess(reference) for reference in references]
+            print("(references lowercased and Moses-tokenized, as the model's output is)", file=sys.stderr)
         scores = corpus_scores(hypotheses, references)
         print(f"BLEU = {scores['bleu']:.2f}  {scores['bleu_signature']}", file=sys.stderr)
         print(f"chrF2 = {scores['chrf']:.2f}  {scores['chrf_signature']}", file=sys.stderr)

@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..files import TOKENIZER_FILES, first_line
-from .export import ExportedModel, is_export
+from ..model.pipeline_vaswani import preprocess_text
+from .export import DECODING_FILE, ExportedModel, is_export
 from .translate import TranslateError, load_model_and_tokenizer, translate_lines
 
 
@@ -37,4 +39,17 @@ def _load_export(folder: str, device: str | None):
         raise TranslateError(f"cannot load the CTranslate2 export {folder}: {first_line(error)}") from None
 
 
-__all__ = ["load_translator"]
+def target_preprocessing(folder: str) -> Callable[[str], str] | None:
+    """What a reference translation goes through to be comparable with the output of the model (or CTranslate2
+    export) in `folder`: its `preprocess` for the target language; None when the model reads and writes raw text."""
+    path = Path(folder) / (DECODING_FILE if is_export(folder) else "config.json")
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not settings.get("preprocess"):
+        return None
+    return functools.partial(preprocess_text, preprocess=settings["preprocess"], lang=settings.get("target_lang"))
+
+
+__all__ = ["load_translator", "target_preprocessing"]

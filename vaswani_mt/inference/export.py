@@ -285,7 +285,8 @@ def decoding_defaults(model) -> dict:
         "max_position_embeddings": model.config.max_position_embeddings,
     }
     if getattr(model.config, "preprocess", None):  # what raw input goes through first (VaswaniConfig.preprocess)
-        defaults.update(preprocess=model.config.preprocess, source_lang=model.config.source_lang)
+        defaults.update(preprocess=model.config.preprocess, source_lang=model.config.source_lang,
+                        target_lang=getattr(model.config, "target_lang", None))
     return defaults
 
 
@@ -408,7 +409,8 @@ class ExportedModel:
             results = self.translator.translate_batch(tokens, max_decoding_length=length, **options)
             return self._texts(result.hypotheses[0] for result in results)
 
-        config = SimpleNamespace(preprocess=self.decoding.get("preprocess"), source_lang=self.decoding.get("source_lang"))
+        config = SimpleNamespace(preprocess=self.decoding.get("preprocess"),
+                                 source_lang=self.decoding.get("source_lang"))
         return translate_stream(translate_batch, self.tokenizer, lines, limit=limit,
                                 preprocess=source_preprocessing(config), **stream_options)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from ..model.pipeline_vaswani import encode_source
+from ..model.pipeline_vaswani import encode_source, preprocess_text
 
 INSTALL_HINT = 'attention heatmaps need matplotlib: pip install "vaswani-mt[plot]"'
 KINDS = (("encoder-self", "encoder"), ("decoder-self", "decoder"), ("encoder-decoder", "cross"))
@@ -62,6 +62,7 @@ def attention_maps(model, tokenizer, sentence: str, target: str | None = None,
             if eos in target_ids:
                 target_ids = target_ids[: target_ids.index(eos) + 1]
         else:
+            target = preprocess_text(target, getattr(config, "preprocess", None), getattr(config, "target_lang", None))
             target_ids = encode_source(tokenizer, target, config.max_position_embeddings)  # text with its </s>
         if not target_ids:
             raise ValueError("the target is empty")

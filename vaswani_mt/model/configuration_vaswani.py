@@ -143,8 +143,9 @@ class VaswaniConfig(PreTrainedConfig):
             What the training text went through before the tokenizer, so that the pipeline and `vaswani-mt
             translate` do the same to raw input: `"lowercase_moses"` (lowercased, then Moses-tokenized for
             `source_lang`; the output is then lowercased tokenized text too — the literature's Multi30k protocol).
-        source_lang (`str`, *optional*):
-            The source language code (e.g. `"en"`), for the language-specific rules of `preprocess`.
+        source_lang (`str`, *optional*), target_lang (`str`, *optional*):
+            The language codes (e.g. `"en"`, `"de"`), for the language-specific rules of `preprocess` (the target's:
+            for references and forced targets that are compared with, or fed to, the model).
     """
 
     model_type: ClassVar[str] = "vaswani"
@@ -182,6 +183,7 @@ class VaswaniConfig(PreTrainedConfig):
     is_encoder_decoder: bool = True
     preprocess: str | None = None
     source_lang: str | None = None
+    target_lang: str | None = None
 
     def __post_init__(self, **kwargs):
         self._warn_about_unknown_arguments(kwargs)
@@ -234,7 +236,8 @@ class VaswaniConfig(PreTrainedConfig):
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "VaswaniConfig":
         """A config of a named shape: `"base"` and `"big"` are the paper's Table 3; `"small"` and `"mini"` are
-        for CPUs (`"mini"`: the best published Multi30k shape), `"tiny"` for tests. Keyword arguments override any field (e.g. `vocab_size=8000, norm_style="pre"`)."""
+        for CPUs (`"mini"`: the best published Multi30k shape), `"tiny"` for tests. Keyword arguments override any
+        field (e.g. `vocab_size=8000, norm_style="pre"`)."""
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})

@@ -292,24 +292,25 @@ def save_for_pipeline(model=None, tokenizer=None, save_directory: str | os.PathL
     if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         raise ValueError(f"{folder} has no tokenizer files: pass the tokenizer to save_for_pipeline(..., tokenizer)")
 
-    for name, content in pipeline_code_changes(folder).items():
+    for name, content in pipeline_code_changes(folder, keep_existing=model is None).items():
         tmp = folder / (name + ".tmp")
         tmp.write_bytes(content)
         os.replace(tmp, folder / name)
     return folder
 
 
-def pipeline_code_changes(folder: str | os.PathLike) -> dict[str, bytes]:
+def pipeline_code_changes(folder: str | os.PathLike, keep_existing: bool = True) -> dict[str, bytes]:
     """What makes a saved model folder (with its config.json) work with ``pipeline("translation", model=folder,
     trust_remote_code=True)``, as ``{file name: content}``: this file as ``pipeline_vaswani.py`` and config.json with
-    ``custom_pipelines``, each only when the folder lacks it. The one rule behind `save_for_pipeline`, the final
-    model of `vaswani-mt train`, the Trainer's Hub pushes and `vaswani-mt push` (which uploads the changes without
-    writing them)."""
+    ``custom_pipelines``, each only when the folder lacks it — or, with `keep_existing=False` (a model being saved
+    now), also when the folder's pipeline file differs from this one. The one rule behind `save_for_pipeline`, the
+    final model of `vaswani-mt train`, the Trainer's Hub pushes and `vaswani-mt push` (which uploads the changes
+    without writing them, and keeps a run's own pipeline file: the code its model was saved with)."""
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     changes: dict[str, bytes] = {}
     source, target = Path(__file__).resolve(), folder / PIPELINE_FILE
-    if not target.is_file() or target.read_bytes() != source.read_bytes():
+    if not target.is_file() or (not keep_existing and target.read_bytes() != source.read_bytes()):
         changes[PIPELINE_FILE] = source.read_bytes()
     pipelines = config.get("custom_pipelines") or {}
     if any(pipelines.get(task) != entry for task, entry in custom_pipelines_entry().items()):

@@ -4,9 +4,9 @@
 
 What is uploaded, in one commit: the files of ``RUN_DIR/model/`` (weights, config.json with ``auto_map`` and
 ``custom_pipelines``, generation config, tokenizer, ``modeling_vaswani.py``, ``configuration_vaswani.py``,
-``pipeline_vaswani.py``) and ``README.md``, the card rendered from the run (:mod:`vaswani_mt.publishing.model_card`).
-Nothing else of the run folder (no checkpoints, logs or optimizer states). Afterwards, with stock transformers and without
-vaswani_mt::
+``generation_vaswani.py``, ``pipeline_vaswani.py``) and ``README.md``, the card rendered from the run (:mod:`vaswani_mt.publishing.model_card`).
+Nothing else of the run folder (no checkpoints, logs or optimizer states). Afterwards, with stock transformers and
+without vaswani_mt::
 
     AutoModelForSeq2SeqLM.from_pretrained(REPO_ID, trust_remote_code=True)
     pipeline("translation", model=REPO_ID, trust_remote_code=True)
@@ -25,7 +25,7 @@ import json
 import re
 from pathlib import Path
 
-from ..files import first_line
+from ..files import TOKENIZER_FILES, first_line
 from ..model.pipeline_vaswani import pipeline_code_changes
 from ..run_record import RunFolder
 from .model_card import render_model_card
@@ -33,7 +33,6 @@ from .model_card import render_model_card
 MODEL_DIR = RunFolder(".").model.name
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 CODE_FILES = ("modeling_vaswani.py", "configuration_vaswani.py")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 LOGIN_HINT = ("log in with `hf auth login`, or set the HF_TOKEN environment variable, to a token with write access "
               "(https://huggingface.co/settings/tokens); or pass --token")
 

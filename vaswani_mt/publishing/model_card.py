@@ -54,6 +54,17 @@ TEST_METRICS = [  # (field of the test scores, metric type, display name, signat
     ("bleu_lowercased_moses_tokenized", "bleu", "BLEU, lowercased and Moses-tokenized (sacreBLEU, tok:none)",
      "bleu_lowercased_moses_tokenized_signature"),
 ]
+# The same scores of a model trained and scored on lowercased, Moses-tokenized text (`TestScores.preprocess`).
+PREPROCESSED_NAMES = {"bleu": "BLEU (sacreBLEU, 13a tokenization, on lowercased Moses-tokenized output)",
+                      "chrf": "chrF (sacreBLEU, on lowercased Moses-tokenized output)",
+                      "bleu_lowercased_moses_tokenized": "BLEU, lowercased and Moses-tokenized (multi-bleu.perl's: "
+                                                         "sacreBLEU tok:none on the output as it is)"}
+
+
+def _test_metrics(test) -> list[tuple[str, str, str, str]]:
+    """`TEST_METRICS` measured in `test`, named for the text they were computed on."""
+    names = PREPROCESSED_NAMES if test.get("preprocess") else {}
+    return [(key, kind, names.get(key, name), signature) for key, kind, name, signature in TEST_METRICS if key in test]
 
 
 # --- entry points ---------------------------------------------------------------------------------------------------
@@ -157,6 +168,7 @@ def render_card(record: RunRecord, repo_id: str | None = None, license: str | No
         shape=_shape(model_config, parameters),
         example=_py(EXAMPLES.get(source, EXAMPLES["en"])[1]), pairs=[(_py(s), _py(t)) for s, t in pairs],
         decoding=_decoding(record.generation_config), results=_results(test, data_name),
+        gnmt=record.generation_config.get("length_penalty_style") == "gnmt",
         selection=record.selection, validation=record.validation,
         architecture=_architecture_rows(model_config, preset, parameters),
         data=data, tokenizer=config.get("tokenizer") or {},
@@ -195,12 +207,12 @@ def _eval_results(test, dataset_id, data_name, source, target) -> list:
                        dataset_config=f"{source}-{target}" if source else None, metric_type=metric_type,
                        metric_value=test[key], metric_name=metric_name,
                        metric_args={**({"signature": test[signature]} if signature in test else {}), **args} or None)
-            for key, metric_type, metric_name, signature in TEST_METRICS if key in test]
+            for key, metric_type, metric_name, signature in _test_metrics(test)]
 
 
 def _results(test, data_name) -> dict | None:
     """The test scores as the card's headline and Results section show them (None: no score was measured)."""
-    rows = [(name, f"{test[key]:.2f}", test.get(signature)) for key, _, name, signature in TEST_METRICS if key in test]
+    rows = [(name, f"{test[key]:.2f}", test.get(signature)) for key, _, name, signature in _test_metrics(test)]
     if not rows:
         return None
     sentences = f"{test['sentences']:,}" if "sentences" in test else None
@@ -226,8 +238,9 @@ def _shape(m, parameters) -> list[str]:
 
 def _decoding(generation) -> list[str]:
     beams, penalty = generation.get("num_beams"), generation.get("length_penalty")
+    gnmt = " (GNMT's formula, §6.1)" if generation.get("length_penalty_style") == "gnmt" else ""
     return ([] if beams is None else [f"beam search with {beams} beams" if beams > 1 else "greedy search"]) + \
-        ([] if penalty is None else [f"length penalty {penalty}"])
+        ([] if penalty is None else [f"length penalty {penalty}{gnmt}"])
 
 
 def _architecture_rows(m, preset, parameters) -> list[tuple]:

@@ -17,8 +17,8 @@ checkpoints." This module averages the weights of Hugging Face Trainer checkpoin
 
 Command line::
 
-    python -m vaswani_mt.recipe.averaging --run-dir runs/base --last 5 --output runs/base/averaged
-    python -m vaswani_mt.recipe.averaging --inputs ckpt-a ckpt-b ckpt-c --output averaged
+    vaswani-mt average --run-dir runs/base --last 5 --output runs/base/averaged
+    vaswani-mt average --inputs ckpt-a ckpt-b ckpt-c --output averaged
 """
 
 from __future__ import annotations

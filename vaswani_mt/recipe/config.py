@@ -232,7 +232,11 @@ def _read_config_tree(name_or_path: str, seen: tuple[Path, ...]) -> dict:
     if not isinstance(parent, str):
         raise ConfigError(f"{path}: 'extends' must name one config (a shipped name or a path), got {parent!r}")
     beside = path.parent / parent  # a relative path is read from the extending file's folder first
-    return _merged(_read_config_tree(str(beside) if beside.is_file() else parent, (*seen, path.resolve())), raw)
+    try:
+        base = _read_config_tree(str(beside) if beside.is_file() else parent, (*seen, path.resolve()))
+    except ConfigError as error:
+        raise ConfigError(f"{path}: extends {parent!r}: {error}") from None
+    return _merged(base, raw)
 
 
 def _merged(base: dict, over: dict) -> dict:
@@ -280,6 +284,11 @@ def validate(config: RunConfig) -> None:
     if t.average_last > t.keep_checkpoints:
         raise ConfigError(f"training.average_last ({t.average_last}) cannot exceed training.keep_checkpoints "
                           f"({t.keep_checkpoints}): older checkpoints are deleted")
+    padded = -(-config.data.max_length // 8) * 8 if t.torch_compile else config.data.max_length  # CUDA pads to 8
+    if padded > t.max_tokens:
+        shown = f"{config.data.max_length}, padded to {padded}" if padded != config.data.max_length else padded
+        raise ConfigError(f"data.max_length ({shown}) exceeds training.max_tokens ({t.max_tokens}): the longest "
+                          "examples would not fit in any batch")
     if config.data.max_length < 2:
         raise ConfigError("data.max_length must be at least 2 (one token and </s>)")
     if config.model.preset not in PRESETS:

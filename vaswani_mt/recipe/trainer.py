@@ -358,7 +358,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
                 shutil.copyfile(path, output_dir / path.name)
         _add_pipeline_code(output_dir)
         repo_id = getattr(self, "hub_model_id", None) or self.args.hub_model_id
-        card = self.card_writer(RunRecord.from_trainer(self), repo_id=repo_id, **card_kwargs)
+        card = type(self).card_writer(RunRecord.from_trainer(self), repo_id=repo_id, **card_kwargs)
         (output_dir / "README.md").write_text(card, encoding="utf-8")
 
 
