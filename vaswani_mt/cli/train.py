@@ -273,7 +273,17 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
         # Last, and atomically: a run folder with its record is finished (`--resume` then has nothing to do).
         record.write(run)
         logger.info(run_summary(record.to_json(), run.root, time.perf_counter() - run_started, (src, tgt)))
+    _leave_together(trainer)
     return record.to_json()
+
+
+def _leave_together(trainer: VaswaniTrainer) -> None:
+    """Under several processes: wait until every one is done (the main one writes the run's files last), then close
+    the process group. A process that exited with the group still open could abort in torch's gloo threads
+    ("terminate called without an active exception") and fail the whole torchrun."""
+    trainer.accelerator.wait_for_everyone()
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def _resume_point(checkpoints_dir: Path, args) -> tuple[str | None, TrainerState | None]:
