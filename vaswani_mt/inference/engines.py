@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..files import TOKENIZER_FILES, first_line
-from ..model.pipeline_vaswani import preprocess_text
+from ..model.pipeline_vaswani import text_preprocessing
 from .export import DECODING_FILE, ExportedModel, is_export
 from .translate import TranslateError, load_model_and_tokenizer, translate_lines
 
@@ -47,9 +47,7 @@ def target_preprocessing(folder: str) -> Callable[[str], str] | None:
         settings = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not settings.get("preprocess"):
-        return None
-    return functools.partial(preprocess_text, preprocess=settings["preprocess"], lang=settings.get("target_lang"))
+    return text_preprocessing(settings.get("preprocess"), settings.get("target_lang"))
 
 
 __all__ = ["load_translator", "target_preprocessing"]

@@ -40,14 +40,13 @@ import math
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
 from ..model.generation_vaswani import length_penalty_style
+from ..model.pipeline_vaswani import text_preprocessing
 from ..model.modeling_vaswani import OUTPUT_LENGTH_MARGIN
-from .translate import (TranslateError, decoded_lines, fitting_new_tokens, load_model_and_tokenizer,
-                        source_preprocessing, translate_stream)
+from .translate import TranslateError, decoded_lines, fitting_new_tokens, load_model_and_tokenizer, translate_stream
 
 logger = logging.getLogger(__name__)
 
@@ -409,10 +408,9 @@ class ExportedModel:
             results = self.translator.translate_batch(tokens, max_decoding_length=length, **options)
             return self._texts(result.hypotheses[0] for result in results)
 
-        config = SimpleNamespace(preprocess=self.decoding.get("preprocess"),
-                                 source_lang=self.decoding.get("source_lang"))
+        preprocess = text_preprocessing(self.decoding.get("preprocess"), self.decoding.get("source_lang"))
         return translate_stream(translate_batch, self.tokenizer, lines, limit=limit,
-                                preprocess=source_preprocessing(config), **stream_options)
+                                preprocess=preprocess, **stream_options)
 
     def _texts(self, hypotheses: Iterable[list[str]]) -> list[str]:
         return decoded_lines(self.tokenizer, [self.tokenizer.convert_tokens_to_ids(tokens) for tokens in hypotheses])

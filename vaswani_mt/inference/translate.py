@@ -14,7 +14,6 @@ batching and ordering for any engine, which `vaswani_mt.inference.export.Exporte
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # vaswani_mt/__in
 from ..data.batching import pack_by_token_budget
 from ..data.corpus import NotUTF8Error, iter_lines
 from ..files import TOKENIZER_FILES, first_line, weights_problem
-from ..model.pipeline_vaswani import encode_source, preprocess_source
+from ..model.pipeline_vaswani import encode_source, text_preprocessing
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +72,8 @@ def translate_lines(
     yield from translate_stream(lambda sources: _generate(model, tokenizer, sources, generate_kwargs), tokenizer,
                                 lines, limit=limit, max_tokens=max_tokens, sort_window=sort_window,
                                 truncation=truncation, on_translated=on_translated,
-                                preprocess=source_preprocessing(model.config))
+                                preprocess=text_preprocessing(getattr(model.config, "preprocess", None),
+                                                              getattr(model.config, "source_lang", None)))
 
 
 def translate_stream(
@@ -91,7 +91,7 @@ def translate_stream(
     """The streaming, batching and ordering of `translate_lines`, for any engine: `translate_batch(sources)` turns
     one batch of source token ids (unpadded, longest first, within `max_tokens` padded tokens) into one line of text
     each. Sources longer than `limit` tokens (the engine's positions) are truncated with a warning. `preprocess`:
-    what each line goes through before the tokenizer (the model's `preprocess_source`)."""
+    what each line goes through before the tokenizer (the model's `text_preprocessing`)."""
     if max_tokens < 1 or sort_window < 1:
         raise ValueError(f"max_tokens and sort_window must be positive, got {max_tokens} and {sort_window}")
     window: list[str] = []
@@ -138,13 +138,6 @@ def _translate_window(translate_batch, tokenizer, texts, max_tokens, limit, trun
         if on_translated is not None:
             on_translated(len(batch))
     yield from results
-
-
-def source_preprocessing(config) -> Callable[[str], str] | None:
-    """What raw input goes through before the tokenizer for a model of `config` (None: nothing)."""
-    if getattr(config, "preprocess", None) is None:
-        return None
-    return functools.partial(preprocess_source, config=config)
 
 
 def _generate(model, tokenizer, sources: list[list[int]], generate_kwargs: dict) -> list[str]:

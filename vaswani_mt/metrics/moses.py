@@ -33,14 +33,12 @@ def moses_tokenized_bleu(
     tokenized_references = [
         [moses_tokenize(stream[i], lang, lowercase) for stream in streams] for i in range(len(hypotheses))
     ]
-    # lowercase is passed on as well (a no-op on lowercased text) so the signature says case:lc.
-    return bleu_scores(tokenized_hypotheses, tokenized_references, lowercase=lowercase, tokenize="none")
+    return tokenized_bleu(tokenized_hypotheses, tokenized_references, lowercase)
 
 
-def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[Any]) -> dict[str, Any]:
-    """multi-bleu.perl's BLEU of text that is lowercased and Moses-tokenized already (the output of a model trained
-    with ``preprocess: lowercase_moses``, against references that went through the same): sacreBLEU with
-    ``tokenize="none"``, ``lowercase=True``. Tokenizing again would not be a no-op (Moses splits ``'s`` once more)."""
-    streams = reference_streams(hypotheses, references)
-    return bleu_scores(list(hypotheses), [[stream[i] for stream in streams] for i in range(len(hypotheses))],
-                       lowercase=True, tokenize="none")
+def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[Any], lowercase: bool = True) -> dict[str, Any]:
+    """multi-bleu.perl's BLEU of text that is Moses-tokenized (and lowercased) already, e.g. the output of a model
+    trained with ``preprocess: lowercase_moses`` against references that went through the same: sacreBLEU with
+    ``tokenize="none"``. Tokenizing again would not be a no-op (Moses splits ``'s`` once more). ``lowercase`` is
+    passed on (a no-op on lowercased text) so that the signature says case:lc."""
+    return bleu_scores(list(hypotheses), references, lowercase=lowercase, tokenize="none")

@@ -14,9 +14,11 @@ vaswani_mt (not even lazily: transformers checks every import of a remote file b
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +190,11 @@ def preprocess_text(text: str, preprocess: str | None, lang: str | None) -> str:
     return text
 
 
+def text_preprocessing(preprocess: str | None, lang: str | None) -> Callable[[str], str] | None:
+    """`preprocess_text` for one language as a function of the text; None when `preprocess` leaves text as it is."""
+    return None if preprocess is None else functools.partial(preprocess_text, preprocess=preprocess, lang=lang)
+
+
 def preprocess_source(text: str, config) -> str:
     """Raw source text as the model saw its training text (`config.preprocess`; unchanged when None)."""
     return preprocess_text(text, getattr(config, "preprocess", None), getattr(config, "source_lang", None))
@@ -352,5 +359,6 @@ __all__ = [
     "moses_tokenize",
     "preprocess_source",
     "preprocess_text",
+    "text_preprocessing",
     "right_align",
 ]
