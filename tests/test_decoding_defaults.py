@@ -32,11 +32,11 @@ def _saved_folders(run_dir: Path) -> list[Path]:
     return [run_dir / "model", *sorted((run_dir / "checkpoints").glob("checkpoint-*"))]
 
 
-def test_saved_generation_configs_keep_the_papers_decoding_and_no_length_cap(trained_run):
+def test_saved_generation_configs_keep_the_runs_beam_the_papers_length_penalty_and_no_length_cap(trained_run):
     run_dir, _ = trained_run
     for folder in _saved_folders(run_dir):
         config = GenerationConfig.from_pretrained(folder)
-        assert (config.num_beams, config.length_penalty) == (4, 0.6), folder
+        assert (config.num_beams, config.length_penalty) == (2, 0.6), folder  # the run config's beam 2
         assert config.max_length is None and config.max_new_tokens is None, (folder, config.max_length)
 
 

@@ -265,6 +265,39 @@ def test_translate_refuses_a_ctranslate2_folder_without_its_decoding_defaults_in
 
 
 @pytest.mark.parametrize("trained", ["post"], indirect=True)
+def test_an_exports_length_penalty_is_its_decoding_files_unless_one_is_given(saved_and_exported):
+    from vaswani_mt.inference.export import ExportedModel
+
+    exported, penalties = ExportedModel(saved_and_exported[1], "cpu"), []
+    real = exported.translator
+
+    class Spy:
+        def translate_batch(self, *args, **kwargs):
+            penalties.append(kwargs["length_penalty"])
+            return real.translate_batch(*args, **kwargs)
+
+    exported.translator = Spy()
+    assert len(list(exported.translate_lines(SENTENCES[:3], length_penalty=1.4, max_new_tokens=4))) == 3
+    assert penalties and set(penalties) == {1.4}
+    penalties.clear()
+    list(exported.translate_lines(SENTENCES[:3], max_new_tokens=4))
+    assert penalties and set(penalties) == {0.6}
+
+
+@pytest.mark.parametrize("trained", ["post"], indirect=True)
+def test_translate_refuses_gnmts_length_penalty_for_a_ctranslate2_folder_before_touching_the_output(
+        saved_and_exported, tmp_path, capsys):
+    _, export = saved_and_exported
+    source, output = tmp_path / "in.txt", tmp_path / "kept.txt"
+    source.write_text("\n".join(SENTENCES[:2]) + "\n", encoding="utf-8")
+    output.write_text("earlier work\n", encoding="utf-8")
+    assert translate_main([str(export), "-i", str(source), "-o", str(output), "--length-penalty-style", "gnmt"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "CTranslate2 has only" in err
+    assert output.read_text(encoding="utf-8") == "earlier work\n"
+
+
+@pytest.mark.parametrize("trained", ["post"], indirect=True)
 def test_the_files_of_an_export_follow_the_umask(trained, tokenizer, tmp_path):
     previous = os.umask(0o002)
     try:

@@ -66,6 +66,7 @@ def run_train(*args: str, timeout: int = 300, umask: int = -1) -> subprocess.Com
     (["--training.average_last", "9"], "cannot exceed training.keep_checkpoints"),
     (["--tokenizer.vocab_size", "120"], "tokenizer.vocab_size must be above 260"),
     (["--data.max_length", "600"], "data.max_length (600) exceeds training.max_tokens (512)"),
+    (["--training.length_penalty_style", "gnm"], "training.length_penalty_style must be one of transformers, gnmt"),
 ])
 def test_bad_config_is_refused_before_any_work_with_the_key_named(tmp_path, small_corpus, capsys, override,
                                                                    message):
@@ -183,7 +184,9 @@ def test_the_train_command_runs_under_torchrun_with_two_processes(tmp_path, smal
 KILL_AT = REPO / "tests" / "trainer_helpers" / "kill_at.py"
 # Saves every 2 updates; 2 checkpoints kept besides the best one (the first: BLEU stays 0 on this tiny run), so the
 # save of update 8 is the first to delete one (checkpoint-4); the last 2 saves are averaged.
-FAULT_RUN = dict(max_steps=12, eval_steps=2, keep_checkpoints=2, average_last=2)
+# Beam 2 with GNMT's length penalty: validation, test and the saved model decode with the config's settings.
+FAULT_RUN = dict(max_steps=12, eval_steps=2, keep_checkpoints=2, average_last=2, num_beams=2, length_penalty=0.8,
+                 length_penalty_style="gnmt")
 
 
 # The reference run's umask: group-writable files (0664), unlike both the usual umask's 0644 and safetensors' 0600.
@@ -278,6 +281,14 @@ def test_the_files_of_a_run_follow_the_umask(reference_run):
              "log_history.json", "checkpoints/checkpoint-12/model.safetensors"]
     modes = {name: oct((reference_run / name).stat().st_mode & 0o777) for name in files}
     assert modes == {name: oct(expected) for name in files}
+
+
+def test_the_saved_model_decodes_with_the_runs_beam_size_and_length_penalty(reference_run):
+    generation = json.loads((reference_run / "model" / "generation_config.json").read_text())
+    assert (generation["num_beams"], generation["length_penalty"], generation["length_penalty_style"]) == (
+        2, 0.8, "gnmt")
+    record = json.loads((reference_run / "metrics.json").read_text())
+    assert record["test"]["num_beams"] == 2
 
 
 def test_the_last_saves_are_averaged_not_an_older_best_checkpoint(reference_run):

@@ -92,6 +92,33 @@ def test_main_translates_files_and_prints_bleu_and_chrf_with_signatures_against_
     assert f"chrF2 = {scores['chrf']:.2f}" in err and scores["chrf_signature"] in err
 
 
+def test_length_penalty_options_reach_generate_and_otherwise_the_models_defaults_decide(model_dir, tmp_path,
+                                                                                        monkeypatch):
+    seen = []
+    generate = VaswaniForConditionalGeneration.generate
+
+    def spy(self, *args, **kwargs):
+        seen.append({key: kwargs[key] for key in ("length_penalty", "length_penalty_style") if key in kwargs})
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(VaswaniForConditionalGeneration, "generate", spy)
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(SENTENCES[:3]) + "\n", encoding="utf-8")
+    common = [str(model_dir), "-i", str(source), "-o", str(tmp_path / "out.txt"), "--num-beams", "2",
+              "--max-new-tokens", "4"]
+    assert main([*common, "--length-penalty", "1.5", "--length-penalty-style", "gnmt"]) == 0
+    assert seen and all(call == {"length_penalty": 1.5, "length_penalty_style": "gnmt"} for call in seen)
+    seen.clear()
+    assert main(common) == 0
+    assert seen and all(call == {} for call in seen)
+
+
+def test_an_unknown_length_penalty_style_is_refused_by_the_command_line(model_dir, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(model_dir), "--length-penalty-style", "gnm"])
+    assert exit_info.value.code == 2 and "invalid choice: 'gnm'" in capsys.readouterr().err
+
+
 def test_cli_reads_stdin_and_writes_stdout_without_a_progress_bar_when_not_on_a_terminal(
         model, tokenizer, model_dir, monkeypatch, capsys):
     text = "\n".join(SENTENCES[:2] + ["", SENTENCES[2]])  # no final newline: the last line still counts

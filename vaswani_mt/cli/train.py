@@ -113,6 +113,19 @@ def _model_config(config: RunConfig, tokenizer) -> VaswaniConfig:
         })
 
 
+def _set_decoding(model: VaswaniForConditionalGeneration, config: RunConfig) -> None:
+    """The run's decoding (beam size, length penalty) as the model's generation defaults: validation and test decode
+    with them, and the saved model keeps them, so `translate` and the pipeline decode as the run's scores did."""
+    generation = model.generation_config
+    generation.num_beams = config.training.num_beams
+    if generation.num_beams == 1:  # greedy: a length penalty means nothing, and transformers refuses to save one
+        generation.length_penalty = None
+        return
+    generation.length_penalty = config.training.length_penalty
+    if config.training.length_penalty_style != "transformers":  # transformers' own style needs no extra key
+        generation.length_penalty_style = config.training.length_penalty_style
+
+
 def _score(trainer: VaswaniTrainer, dataset, references: list[str], config: RunConfig,
            progress: TrainingProgress) -> tuple[TestScores, list[str]]:
     """Translate `dataset` with beam search and score against the `references` (normalised as the tokenizer
@@ -212,6 +225,7 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
 
     set_seed(config.training.seed)  # the initial weights, so that a run is reproducible from its config
     model = VaswaniForConditionalGeneration(_model_config(config, tokenizer))
+    _set_decoding(model, config)
     logger.info("model: %s preset, %.2fM parameters, %s-norm", config.model.preset, model.num_parameters() / 1e6,
                 model.config.norm_style)
     callbacks = [TimeBudget(config.training.max_minutes)] if config.training.max_minutes else []

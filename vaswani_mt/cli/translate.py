@@ -20,6 +20,7 @@ from ..files import describe_os_error, writing
 from ..inference.engines import load_translator, target_preprocessing
 from ..inference.translate import DEFAULT_MAX_TOKENS, DEFAULT_SORT_WINDOW, TranslateError, read_lines
 from ..metrics import corpus_scores
+from ..model.generation_vaswani import LENGTH_PENALTY_STYLES
 
 
 def _open_input(path: str | None) -> tuple[BinaryIO, str]:
@@ -84,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                         help="padded source tokens per batch (default: %(default)s)")
     parser.add_argument("--num-beams", type=int, help="beam size (default: the model's, 4 for the paper's)")
+    parser.add_argument("--length-penalty", type=float, metavar="ALPHA",
+                        help="the length penalty's alpha (default: the model's, 0.6 for the paper's)")
+    parser.add_argument("--length-penalty-style", choices=LENGTH_PENALTY_STYLES,
+                        help="transformers: a beam's score / length**alpha; gnmt: / ((5 + length) / 6)**alpha, as "
+                             "in the paper (§6.1) (default: the model's)")
     parser.add_argument("--max-new-tokens", type=int,
                         help="longest translation in tokens (default: the model's, source length + 50)")
     parser.add_argument("--reference", "-r", help="reference translations: print sacreBLEU BLEU and chrF to stderr")
@@ -147,19 +153,27 @@ def _run(args) -> int:
                     f"--reference {args.reference} has {len(references)} lines but --input {args.input} has {count}"
                 )
     translate = load_translator(args.model, args.device)
+    decoding = {name: getattr(args, name) for name in ("length_penalty", "length_penalty_style")
+                if getattr(args, name) is not None}
     stream, name = _open_input(args.input)
-    output = _Output(args.output)
     from tqdm.auto import tqdm
 
     interactive = sys.stderr.isatty()
     total = _count_lines(args.input) if interactive and args.input not in (None, "-") else None
     progress = tqdm(total=total, unit="sent", desc="translating", disable=not interactive, file=sys.stderr)
     hypotheses = [] if references is not None else None
-    try:
-        for translation in translate(
+    try:  # options the engine refuses are refused here, before --output is opened (and emptied)
+        translations = translate(
             read_lines(stream, name), max_tokens=args.max_tokens, sort_window=args.sort_window,
-            num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, on_translated=progress.update,
-        ):
+            num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, on_translated=progress.update, **decoding)
+        output = _Output(args.output)
+    except BaseException:
+        progress.close()
+        if stream is not sys.stdin.buffer:
+            stream.close()
+        raise
+    try:
+        for translation in translations:
             output.write(translation)
             if hypotheses is not None:
                 hypotheses.append(translation)

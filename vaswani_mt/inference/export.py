@@ -392,14 +392,19 @@ class ExportedModel:
                                       compute_type=compute_type, intra_threads=torch.get_num_threads())
 
     def translate_lines(self, lines: Iterable[str], *, num_beams: int | None = None,
-                        max_new_tokens: int | None = None, **stream_options) -> Iterator[str]:
+                        max_new_tokens: int | None = None, length_penalty: float | None = None,
+                        length_penalty_style: str | None = None, **stream_options) -> Iterator[str]:
         """`translate.translate_lines` with this export in place of `generate()`: the same options and
-        results (`max_tokens`, `sort_window`, `truncation`, `on_translated`)."""
+        results (`max_tokens`, `sort_window`, `truncation`, `on_translated`). CTranslate2 has only transformers'
+        length penalty (score / length**alpha): `length_penalty_style="gnmt"` is a TranslateError."""
+        if length_penalty_style not in (None, "transformers"):
+            raise TranslateError(f"length_penalty_style {length_penalty_style!r}: CTranslate2 has only "
+                                 "score / length**alpha ('transformers'); translate with the saved model instead")
         limit = self.decoding["max_position_embeddings"]
         fixed = max_new_tokens or self.decoding["max_new_tokens"]
         fixed = fitting_new_tokens(fixed, limit) if fixed else None
         options = {"beam_size": num_beams or self.decoding["num_beams"], "min_decoding_length": 0,
-                   "length_penalty": self.decoding["length_penalty"]}
+                   "length_penalty": self.decoding["length_penalty"] if length_penalty is None else length_penalty}
 
         def translate_batch(sources: list[list[int]]) -> list[str]:
             longest = max(len(ids) for ids in sources)

@@ -19,6 +19,7 @@ import yaml
 from ..data.corpus import is_hub_dataset_id
 from ..data.tokenization import NUM_BYTE_TOKENS, SPECIAL_TOKENS
 from ..model.configuration_vaswani import PREPROCESSING, PRESETS, VaswaniConfig
+from ..model.generation_vaswani import LENGTH_PENALTY_STYLES
 
 SHIPPED_CONFIGS = Path(__file__).parent.parent / "configs"
 
@@ -91,6 +92,8 @@ class TrainingConfig:
     keep_checkpoints: int = 5  # checkpoints kept on disk (the best by BLEU is always kept as well)
     average_last: int = 5  # average the last N checkpoints at the end (§6.1); 0 or 1 = no averaging
     num_beams: int = 4  # beam size for validation and test (§6.1)
+    length_penalty: float = 0.6  # alpha of the length penalty (§6.1), for validation, test and the saved model
+    length_penalty_style: str = "transformers"  # "transformers": score / length**alpha; "gnmt": GNMT's (§6.1)
     seed: int = 1
     num_threads: int | None = None  # torch CPU threads (None: torch's default)
     bf16: bool = False  # bfloat16 autocast
@@ -260,6 +263,8 @@ def recipe_problem(name: str, value: Any) -> str | None:
         return f"{name} must be in [0, 1), got {value!r}"
     if name == "average_last" and value < 0:
         return f"{name} must be >= 0, got {value!r}"
+    if name == "length_penalty_style" and value not in LENGTH_PENALTY_STYLES:
+        return f"{name} must be one of {', '.join(LENGTH_PENALTY_STYLES)}, got {value!r}"
     return None
 
 
