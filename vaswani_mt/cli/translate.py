@@ -162,24 +162,20 @@ def _run(args) -> int:
     total = _count_lines(args.input) if interactive and args.input not in (None, "-") else None
     progress = tqdm(total=total, unit="sent", desc="translating", disable=not interactive, file=sys.stderr)
     hypotheses = [] if references is not None else None
-    try:  # options the engine refuses are refused here, before --output is opened (and emptied)
-        translations = translate(
+    output = None
+    try:
+        translations = translate(  # options the engine refuses are refused here, before --output is opened (emptied)
             read_lines(stream, name), max_tokens=args.max_tokens, sort_window=args.sort_window,
             num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, on_translated=progress.update, **decoding)
         output = _Output(args.output)
-    except BaseException:
-        progress.close()
-        if stream is not sys.stdin.buffer:
-            stream.close()
-        raise
-    try:
         for translation in translations:
             output.write(translation)
             if hypotheses is not None:
                 hypotheses.append(translation)
     finally:
         progress.close()
-        output.close()
+        if output is not None:
+            output.close()
         if stream is not sys.stdin.buffer:
             stream.close()
     if references is not None:

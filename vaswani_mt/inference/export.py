@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from ..model.generation_vaswani import length_penalty_style
+from ..model.generation_vaswani import checked_length_penalty_style, length_penalty_style
 from ..model.pipeline_vaswani import text_preprocessing
 from ..model.modeling_vaswani import OUTPUT_LENGTH_MARGIN
 from .translate import TranslateError, decoded_lines, fitting_new_tokens, load_model_and_tokenizer, translate_stream
@@ -397,7 +397,7 @@ class ExportedModel:
         """`translate.translate_lines` with this export in place of `generate()`: the same options and
         results (`max_tokens`, `sort_window`, `truncation`, `on_translated`). CTranslate2 has only transformers'
         length penalty (score / length**alpha): `length_penalty_style="gnmt"` is a TranslateError."""
-        if length_penalty_style not in (None, "transformers"):
+        if checked_length_penalty_style(length_penalty_style) != "transformers":
             raise TranslateError(f"length_penalty_style {length_penalty_style!r}: CTranslate2 has only "
                                  "score / length**alpha ('transformers'); translate with the saved model instead")
         limit = self.decoding["max_position_embeddings"]
