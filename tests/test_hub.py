@@ -618,6 +618,36 @@ def test_a_missing_metric_is_left_out_of_the_card_not_invented(run_dir, tmp_path
     assert "The run recorded no test-set score" in card.text
 
 
+def test_a_card_of_a_run_that_averaged_weight_snapshots_says_so(run_dir, tmp_path):
+    from vaswani_mt.publishing.model_card import render_model_card
+
+    def snapshots(metrics):
+        metrics["selection"]["averaged_checkpoints"] = ["step-4200", "step-4300"]
+
+    run = with_metrics(run_dir, tmp_path / "snapshots", snapshots)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["training"].update(average_every=100, average_last=2)
+    (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    text = render_model_card(run, REPO)
+    assert "the average of the last 2 weight snapshots (step-4200, step-4300), as in §6.1" in text
+    assert "| Checkpoint averaging | the last 2 weight snapshots, taken every 100 updates, kept if better" in text
+
+
+def test_the_card_names_the_gpu_a_run_trained_on_and_a_validation_subset(run_dir, tmp_path):
+    from vaswani_mt.publishing.model_card import render_model_card
+
+    def on_gpu(metrics):
+        metrics["training"]["hardware"].update(cuda=True, gpu="NVIDIA H100 80GB HBM3", cpu_count=16)
+
+    run = with_metrics(run_dir, tmp_path / "gpu", on_gpu)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["data"]["valid_subset"] = 500
+    (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    text = render_model_card(run, REPO)
+    assert "| Hardware | AMD EPYC 9R45, 16 cores; 2 torch threads; NVIDIA H100 80GB HBM3; torch 2.13.0+cpu |" in text
+    assert ", beam 4, on the first 500 validation pairs |" in text
+
+
 def test_what_the_card_says_about_the_data_comes_from_the_runs_data_description(run_dir, tmp_path):
     from huggingface_hub import ModelCard
 

@@ -67,6 +67,8 @@ def run_train(*args: str, timeout: int = 300, umask: int = -1) -> subprocess.Com
     (["--tokenizer.vocab_size", "120"], "tokenizer.vocab_size must be above 260"),
     (["--data.max_length", "600"], "data.max_length (600) exceeds training.max_tokens (512)"),
     (["--training.length_penalty_style", "gnm"], "training.length_penalty_style must be one of transformers, gnmt"),
+    (["--training.average_every", "0"], "training.average_every must be > 0"),
+    (["--training.average_every", "3", "--training.average_last", "1"], "which must then be at least 2, got 1"),
 ])
 def test_bad_config_is_refused_before_any_work_with_the_key_named(tmp_path, small_corpus, capsys, override,
                                                                    message):
@@ -79,7 +81,7 @@ def test_bad_config_is_refused_before_any_work_with_the_key_named(tmp_path, smal
 def test_shipped_configs_load_and_quick_mode_shortens_the_run():
     full = load_run_config("multi30k-en-de")
     quick = load_run_config("multi30k-en-de", quick=True)
-    assert full.model.preset == "small" and full.training.max_minutes == 85
+    assert full.model.preset == "mini" and full.training.max_minutes == 85
     assert quick.training.max_steps < 1000 and quick.output_dir != full.output_dir
     assert load_run_config("multi30k-de-en").data.source_lang == "de"
     assert load_run_config("wmt14-en-de-base", {"data.path": "."}).tokenizer.vocab_size == 37000
@@ -475,3 +477,36 @@ def test_resume_accepts_a_config_that_differs_only_in_what_the_card_and_quick_re
     assert _what_trains(first) == _what_trains(later)
     changed = load_run_config(str(tiny_config(tmp_path, small_corpus)), parse_overrides(["--training.seed", "99"]))
     assert _what_trains(first) != _what_trains(changed)
+
+
+# -- averaging weight snapshots (training.average_every) ---------------------------------------------------------------
+
+def test_snapshots_every_n_updates_are_averaged_and_a_resumed_run_ends_with_the_same_average(tmp_path, small_corpus):
+    """Snapshots every 3 updates, the last 2 averaged (not the evaluation checkpoints, every 4). A run resumed from
+    checkpoint-4 drops the snapshots written after it (a stray later one and a half-written one) and writes them again:
+    its average is the uninterrupted run's, bit for bit."""
+    import shutil
+
+    (tmp_path / "a").mkdir()
+    config = tiny_config(tmp_path / "a", small_corpus, average_every=3)
+    result = run_train("--config", str(config))
+    assert result.returncode == 0, result.stderr[-3000:]
+    reference = tmp_path / "a" / "run"
+    assert sorted(p.name for p in (reference / "snapshots").iterdir()) == ["step-12", "step-9"]
+    selection = json.loads((reference / "metrics.json").read_text())["selection"]
+    assert selection["averaged_checkpoints"] == ["step-9", "step-12"]
+    assert "averaging the last 2 snapshots: step-9, step-12" in result.stderr
+    assert "valid, average of the last 2 snapshots: 1 batch in " in result.stderr
+
+    run = _copy_run(reference, tmp_path / "b")
+    for name in ("metrics.json", "log_history.json"):
+        (run / name).unlink()
+    for name in ("model", "plots", "averaged", "checkpoints/checkpoint-8", "checkpoints/checkpoint-12"):
+        shutil.rmtree(run / name)
+    shutil.copytree(run / "snapshots" / "step-12", run / "snapshots" / "step-15")  # after the checkpoint: dropped
+    shutil.copytree(run / "snapshots" / "step-12", run / "snapshots" / ".step-18.tmp")
+    result = run_train("--config", str(run / "config.yaml"), "--resume")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resuming from " + str(run / "checkpoints" / "checkpoint-4") in result.stderr
+    assert sorted(p.name for p in (run / "snapshots").iterdir()) == ["step-12", "step-9"]
+    assert _same_bits(run / "averaged" / "model.safetensors", reference / "averaged" / "model.safetensors")

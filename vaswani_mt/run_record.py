@@ -36,6 +36,7 @@ class RunFolder:
     checkpoints = property(lambda self: self.root / "checkpoints")  # the Trainer's checkpoint-<step> folders
     tokenizer = property(lambda self: self.root / "tokenizer")  # the joint BPE the run trained
     averaged = property(lambda self: self.root / "averaged")  # the average of the last checkpoints (§6.1)
+    snapshots = property(lambda self: self.root / "snapshots")  # weights every training.average_every updates
     plots = property(lambda self: self.root / "plots")  # learning rate, losses, BLEU over the updates
     log = property(lambda self: self.root / "train.log")  # everything the run printed
     log_history = property(lambda self: self.root / "log_history.json")  # the Trainer's log, one entry per log

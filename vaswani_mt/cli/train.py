@@ -4,10 +4,11 @@
 
 Steps: validate the config; load and clean the data; train a joint BPE tokenizer unless one is given (§5.1);
 train with `VaswaniTrainer` (Noam + Adam, label smoothing, token-budget batches, BLEU on valid with beam search,
-checkpoints); average the last checkpoints (§6.1) and keep whichever of {average, best checkpoint} scores higher
+checkpoints); average the last checkpoints, or the last weight snapshots with `training.average_every` (§6.1,
+`vaswani_mt.recipe.snapshots`), and keep whichever of {average, best checkpoint} scores higher
 on valid; translate the test split with beam search and score it; write the run folder:
 
-    config.yaml  train.log  tokenizer/  checkpoints/  model/  metrics.json  test.hyp  plots/
+    config.yaml  train.log  tokenizer/  checkpoints/  [snapshots/]  averaged/  model/  metrics.json  test.hyp  plots/
 
 What it prints goes to stderr (and train.log); stdout stays empty. On a terminal, labelled progress bars; in a log
 file, one progress line per logging step and per translation pass (`vaswani_mt.cli.reporting`); at the end, a summary:
@@ -42,6 +43,7 @@ from ..publishing.plots import plot_training_curves
 from ..recipe.averaging import average_checkpoints
 from ..recipe.config import (ConfigError, RunConfig, load_run_config, parse_overrides, save_run_config,
                              shipped_config_names)
+from ..recipe.snapshots import WeightSnapshots, drop_snapshots_after, last_snapshots
 from ..recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments, complete_checkpoints, is_complete_checkpoint
 from ..run_record import (Hardware, ModelFacts, RunFolder, RunRecord, Selection, TestScores, TrainingFigures,
                           last_validation)
@@ -163,12 +165,19 @@ def _select_final_model(trainer: VaswaniTrainer, run: RunFolder, config: RunConf
         best_metrics = trainer.evaluate(valid_dataset, metric_key_prefix="valid")
     choice = Selection(chosen="best_checkpoint", best_checkpoint=trainer.state.best_model_checkpoint,
                        valid_bleu_best_checkpoint=best_metrics.get("valid_bleu"))
-    last = last_saves(run.checkpoints, config.training.average_last)
-    if 1 < len(last) < config.training.average_last:
-        logger.warning("averaging only the last %d saves (%s): the save before them is not on disk", len(last),
+    t = config.training
+    if t.average_every is None:
+        kind, last = "saves", last_saves(run.checkpoints, t.average_last)
+    else:
+        kind, last = "snapshots", last_snapshots(run.snapshots, t.average_every, t.average_last)
+        if len(last) < 2 <= t.average_last:
+            logger.warning("nothing averaged: %d weight snapshot(s) of training.average_every %d in %d updates",
+                           len(last), t.average_every, trainer.state.global_step)
+    if 1 < len(last) < t.average_last:
+        logger.warning("averaging only the last %d %s (%s): the one before them is not on disk", len(last), kind,
                        ", ".join(p.name for p in last))
-    if config.training.average_last > 1 and len(last) > 1:
-        logger.info("averaging the last %d saves: %s", len(last), ", ".join(p.name for p in last))
+    if t.average_last > 1 and len(last) > 1:
+        logger.info("averaging the last %d %s: %s", len(last), kind, ", ".join(p.name for p in last))
         averaged_dir = run.averaged
         if trainer.args.should_save:
             average_checkpoints(last, output_dir=averaged_dir)
@@ -176,7 +185,7 @@ def _select_final_model(trainer: VaswaniTrainer, run: RunFolder, config: RunConf
         best_state = {k: v.clone() for k, v in trainer.model.state_dict().items()}
         averaged = VaswaniForConditionalGeneration.from_pretrained(averaged_dir)
         trainer.model.load_state_dict(averaged.state_dict())
-        with progress.stage(f"valid, average of the last {len(last)} saves"):
+        with progress.stage(f"valid, average of the last {len(last)} {kind}"):
             averaged_metrics = trainer.evaluate(valid_dataset, metric_key_prefix="valid")
         choice.averaged_checkpoints = [p.name for p in last]
         choice.valid_bleu_averaged = averaged_metrics.get("valid_bleu")
@@ -229,6 +238,8 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
     logger.info("model: %s preset, %.2fM parameters, %s-norm", config.model.preset, model.num_parameters() / 1e6,
                 model.config.norm_style)
     callbacks = [TimeBudget(config.training.max_minutes)] if config.training.max_minutes else []
+    if config.training.average_every is not None:
+        callbacks.append(WeightSnapshots(run.snapshots, config.training.average_every, config.training.average_last))
     # Compiled on CUDA, inductor guards on whether each length is a multiple of 8 (the alignment SDPA needs for its
     # mask): lengths padded to a multiple of 8 keep it at one compile instead of up to four.
     pad_to = 8 if config.training.torch_compile and torch.cuda.is_available() else None
@@ -241,6 +252,9 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
     progress = TrainingProgress(config.training.max_minutes).install(trainer)
 
     resume_from, ended = _resume_point(run.checkpoints, args) if resume else (None, None)
+    if resume and ended is None and args.should_save:  # the updates after the checkpoint are repeated
+        for removed in drop_snapshots_after(run.snapshots, int(resume_from.rpartition("-")[2]) if resume_from else 0):
+            logger.warning("removing %s", removed)
     trainer.accelerator.wait_for_everyone()
 
     started = time.perf_counter()

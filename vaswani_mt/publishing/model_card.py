@@ -176,7 +176,8 @@ def render_card(record: RunRecord, repo_id: str | None = None, license: str | No
         hub_path=path if path and _dataset_id(path) == path else None,
         splits=[f"{role} `{data[key]}`" for key, role in (("train_split", "training"), ("valid_split", "validation"),
                                                            ("test_split", "test")) if data.get(key)],
-        cleaning=_cleaning_rows(record.data), recipe=_recipe_rows(config.get("training") or {}),
+        cleaning=_cleaning_rows(record.data),
+        recipe=_recipe_rows(config.get("training") or {}, data.get("valid_subset")),
         run=_run_rows(record.training, record.command),
         max_positions=model_config.get("max_position_embeddings"),
         licence={"id": licence["license"], "link": licence.get("license_link"), "name_given": bool(license_name)})
@@ -292,7 +293,8 @@ def _cleaning_rows(cleaning) -> list[tuple]:
     return rows
 
 
-def _recipe_rows(t) -> list[tuple]:
+def _recipe_rows(t, subset: int | None = None) -> list[tuple]:
+    """The training section of a run config as table rows; `subset`: data.valid_subset (validation on that many)."""
     rows = []
     until = f" and {t['max_minutes']} minutes" if t.get("max_minutes") else ""
     if "adam_beta1" in t:
@@ -322,9 +324,12 @@ def _recipe_rows(t) -> list[tuple]:
         rows.append(("Gradient clipping", f"max norm {t['max_grad_norm']}" if t["max_grad_norm"] else "none"))
     if t.get("eval_steps"):
         rows.append(("Validation", f"beam-search BLEU every {t['eval_steps']:,} updates"
-                     + (f", beam {t['num_beams']}" if t.get("num_beams") else "")))
+                     + (f", beam {t['num_beams']}" if t.get("num_beams") else "")
+                     + (f", on the first {subset:,} validation pairs" if subset else "")))
     if t.get("average_last") and t["average_last"] > 1:
-        rows.append(("Checkpoint averaging", f"the last {t['average_last']} checkpoints, kept if better on "
+        saves = (f"weight snapshots, taken every {t['average_every']:,} updates" if t.get("average_every")
+                 else "checkpoints")
+        rows.append(("Checkpoint averaging", f"the last {t['average_last']} {saves}, kept if better on "
                                              "validation (§6.1)"))
     if "bf16" in t:
         rows.append(("Precision", "bfloat16 autocast" if t["bf16"] else "float32"))
@@ -350,7 +355,7 @@ def _run_rows(t, command) -> list[tuple]:
     if h:
         parts = [f"{h.cpu}" + (f", {h.cpu_count} cores" if h.cpu_count else "") if h.cpu else None,
                  h.torch_threads and f"{h.torch_threads} torch thread" + ("" if h.torch_threads == 1 else "s"),
-                 None if h.cuda is None else "CUDA" if h.cuda else "no GPU", h.torch and f"torch {h.torch}"]
+                 None if h.cuda is None else (h.gpu or "CUDA") if h.cuda else "no GPU", h.torch and f"torch {h.torch}"]
         rows.append(("Hardware", "; ".join(p for p in parts if p)))
     if t.world_size:
         rows.append(("Processes", str(t.world_size)))

@@ -91,6 +91,7 @@ class TrainingConfig:
     logging_steps: int = 50
     keep_checkpoints: int = 5  # checkpoints kept on disk (the best by BLEU is always kept as well)
     average_last: int = 5  # average the last N checkpoints at the end (§6.1); 0 or 1 = no averaging
+    average_every: int | None = None  # average weight snapshots taken every N updates (None: the eval checkpoints)
     num_beams: int = 4  # beam size for validation and test (§6.1)
     length_penalty: float = 0.6  # alpha of the length penalty (§6.1), for validation, test and the saved model
     length_penalty_style: str = "transformers"  # "transformers": score / length**alpha; "gnmt": GNMT's (§6.1)
@@ -252,7 +253,8 @@ def _merged(base: dict, over: dict) -> dict:
 # The recipe's value rules, one list for both places a setting enters: the run config (`validate`, which names the key
 # training.X) and `VaswaniTrainingArguments` (which names its field).
 _POSITIVE = ("max_tokens", "gradient_accumulation_steps", "max_steps", "num_epochs", "max_minutes", "warmup_steps",
-             "noam_factor", "eval_steps", "logging_steps", "keep_checkpoints", "num_beams", "num_threads")
+             "noam_factor", "eval_steps", "logging_steps", "keep_checkpoints", "num_beams", "num_threads",
+             "average_every")
 
 
 def recipe_problem(name: str, value: Any) -> str | None:
@@ -286,7 +288,10 @@ def validate(config: RunConfig) -> None:
     if config.tokenizer.path is None and config.tokenizer.vocab_size <= reserved:
         raise ConfigError(f"tokenizer.vocab_size must be above {reserved} (the special and byte tokens take "
                           f"{reserved} ids), got {config.tokenizer.vocab_size}")
-    if t.average_last > t.keep_checkpoints:
+    if t.average_every is not None and t.average_last < 2:
+        raise ConfigError(f"training.average_every ({t.average_every}) takes snapshots for the average of the last "
+                          f"training.average_last, which must then be at least 2, got {t.average_last}")
+    if t.average_every is None and t.average_last > t.keep_checkpoints:
         raise ConfigError(f"training.average_last ({t.average_last}) cannot exceed training.keep_checkpoints "
                           f"({t.keep_checkpoints}): older checkpoints are deleted")
     padded = -(-config.data.max_length // 8) * 8 if t.torch_compile else config.data.max_length  # CUDA pads to 8
