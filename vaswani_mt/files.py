@@ -158,10 +158,16 @@ def last_saves(output_dir: str | os.PathLike, count: int) -> list[Path]:
     interval = _save_interval(checkpoints[steps[-1]], steps) if steps else None
     if interval is None:
         return [checkpoints[step] for step in steps[-count:]]
-    chosen, step = [], steps[-1]
-    while step in checkpoints and len(chosen) < count:
-        chosen.append(checkpoints[step])
-        step -= step % interval or interval  # the final save may fall between two regular ones
+    return consecutive_saves(checkpoints, interval, count)
+
+
+def consecutive_saves(by_step: dict[int, Path], interval: int, count: int) -> list[Path]:
+    """The saves of the last `count` save steps, oldest first: walking back from the newest by `interval` updates
+    (the newest may be a run's final update, between two regular saves), stopping at the first step without one."""
+    chosen, step = [], max(by_step, default=0)
+    while step in by_step and len(chosen) < count:
+        chosen.append(by_step[step])
+        step -= step % interval or interval
     return chosen[::-1]
 
 
@@ -191,8 +197,8 @@ def finish_checkpoint(folder: Path) -> None:
 
 
 def delete_checkpoint(folder: Path) -> None:
-    """Delete a checkpoint folder by renaming it first (atomic), then removing the renamed folder: a kill at any
-    moment leaves either the whole checkpoint or a `deleting-*` folder, never a half-deleted `checkpoint-<step>`."""
+    """Delete a checkpoint (or weight snapshot) folder by renaming it first (atomic), then removing the renamed
+    folder: a kill at any moment leaves either the whole folder or a `deleting-*` one, never a half-deleted one."""
     trash = folder.with_name(DELETING_PREFIX + folder.name)
     if trash.exists():
         shutil.rmtree(trash)
@@ -355,6 +361,7 @@ __all__ = [
     "SAVING_MARKER",
     "checkpoint_problem",
     "complete_checkpoints",
+    "consecutive_saves",
     "delete_checkpoint",
     "describe_os_error",
     "first_line",

@@ -9,7 +9,8 @@ Multi30k recipes average the checkpoints of the last epochs instead.
 run reaches too, so it writes the same ones) to the run's `snapshots/step-<update>` folder, as `save_pretrained`
 writes a model; the newest `training.average_last` are kept, and the end of training averages the last consecutive
 ones instead of the evaluation checkpoints. A snapshot is written to a hidden temporary folder, synced, and renamed
-into place; an old one is renamed before it is deleted; so a kill never leaves a half-written `step-<update>`.
+into place; an old one is renamed before it is deleted (`files.delete_checkpoint`); so a kill never leaves a
+half-written `step-<update>`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from ..files import WEIGHTS_NAME, fsync_directory, fsync_tree, share_weights, weights_problem, writing
+from ..files import (DELETING_PREFIX, consecutive_saves, delete_checkpoint, fsync_directory, fsync_tree,
+                     share_weights, weights_problem, writing)
 
 _SNAPSHOT = re.compile(r"step-(\d+)")
 
@@ -36,30 +38,15 @@ def snapshot_folders(folder: str | os.PathLike) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    found = [(_step(path), path) for path in folder.iterdir() if path.is_dir() and _step(path) is not None]
-    return [path for _, path in sorted(found) if (path / "config.json").is_file() and (path / WEIGHTS_NAME).is_file()
-            and weights_problem(path) is None]
+    found = sorted((step, path) for path in folder.iterdir() if path.is_dir() and (step := _step(path)) is not None)
+    return [path for _, path in found if (path / "config.json").is_file() and weights_problem(path) is None]
 
 
 def last_snapshots(folder: str | os.PathLike, every: int, count: int) -> list[Path]:
     """The whole snapshots of the last `count` snapshot steps, oldest first. Consecutive: walking back from the newest
     by `every` updates (the newest may be the run's last update, between two regular ones), it stops at the first
     that is missing or damaged, so an older snapshot never stands in for a later one."""
-    by_step = {_step(path): path for path in snapshot_folders(folder)}
-    if not by_step or count < 1:
-        return []
-    chosen, step = [], max(by_step)
-    while step in by_step and len(chosen) < count:
-        chosen.append(by_step[step])
-        step -= step % every or every
-    return chosen[::-1]
-
-
-def _remove(path: Path) -> None:
-    """Rename, then delete: a kill in between leaves a hidden `.deleting-*` folder, never a partial snapshot."""
-    doomed = path.with_name(f".deleting-{path.name}")
-    os.replace(path, doomed)
-    shutil.rmtree(doomed)
+    return consecutive_saves({_step(path): path for path in snapshot_folders(folder)}, every, count)
 
 
 def drop_snapshots_after(folder: str | os.PathLike, step: int) -> list[Path]:
@@ -74,11 +61,11 @@ def drop_snapshots_after(folder: str | os.PathLike, step: int) -> list[Path]:
         if not path.is_dir():
             continue
         snapshot_step = _step(path)
-        if snapshot_step is None and path.name.startswith("."):  # a temporary or half-deleted folder
+        if snapshot_step is None and path.name.startswith((".", DELETING_PREFIX)):  # half-written or half-deleted
             shutil.rmtree(path)
             removed.append(path)
         elif snapshot_step is not None and (snapshot_step > step or path not in whole):
-            _remove(path)
+            delete_checkpoint(path)
             removed.append(path)
     return removed
 
@@ -106,9 +93,9 @@ class WeightSnapshots(TrainerCallback):
             share_weights(temporary)
             fsync_tree(temporary)
             if target.exists():
-                _remove(target)
+                delete_checkpoint(target)
             os.replace(temporary, target)
             fsync_directory(self.folder)
         for old in snapshot_folders(self.folder)[:-self.keep]:
-            _remove(old)
+            delete_checkpoint(old)
         return target
