@@ -3,7 +3,7 @@
     python scripts/bench_training.py                    # fp32 and bf16, 5 repetitions of 3 steps each
     python scripts/bench_training.py --precision fp32   # one precision only
     python scripts/bench_training.py --quick            # 2 repetitions of 1 step, short idle waits
-    python scripts/bench_training.py --shape mini       # the `mini` preset (multi30k-en-de-lctok's shape)
+    python scripts/bench_training.py --shape mini       # the `mini` preset (the shape of every multi30k config)
 
 The "small" shape (d_model 256, 3+3 layers, 4 heads, FFN 1024, vocab 8000, dropout 0.1; `--shape mini`: d_model
 128, 4+4 layers, 4 heads, FFN 256, vocab 10000, dropout 0.3), 266 sentence pairs of 15
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-redo", type=int, default=3, help="redos of a disturbed repetition")
     parser.add_argument("--precision", choices=("fp32", "bf16", "all"), default="all")
     parser.add_argument("--shape", choices=("small", "mini"), default="small",
-                        help="small (multi30k-en-de) or mini (multi30k-en-de-lctok)")
+                        help="small (the former multi30k default) or mini (the multi30k configs' shape)")
     args = parser.parse_args(argv)
     if args.quick:
         args.repetitions, args.steps, args.max_redo = 2, 1, 1
