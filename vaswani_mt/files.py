@@ -140,6 +140,14 @@ def checkpoint_folders(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def checkpoint_step(folder: str | os.PathLike) -> int:
+    """The update a `checkpoint-<step>` folder was saved at."""
+    match = _CHECKPOINT_DIR.match(Path(folder).name)
+    if match is None:
+        raise ValueError(f"{folder} is not a checkpoint-<step> folder")
+    return int(match.group(1))
+
+
 def complete_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     """`checkpoint-<step>` folders of a run that are complete (`checkpoint_problem`), oldest first."""
     return [path for _, path in checkpoint_folders(output_dir) if is_complete_checkpoint(path)]
@@ -153,7 +161,7 @@ def last_saves(output_dir: str | os.PathLike, count: int) -> list[Path]:
     complete checkpoints."""
     if count < 1:
         return []
-    checkpoints = {int(path.name.rpartition("-")[2]): path for path in complete_checkpoints(output_dir)}
+    checkpoints = {step: path for step, path in checkpoint_folders(output_dir) if is_complete_checkpoint(path)}
     steps = sorted(checkpoints)
     interval = _save_interval(checkpoints[steps[-1]], steps) if steps else None
     if interval is None:
@@ -360,6 +368,7 @@ __all__ = [
     "CHECKPOINT_FILES",
     "SAVING_MARKER",
     "checkpoint_problem",
+    "checkpoint_step",
     "complete_checkpoints",
     "consecutive_saves",
     "delete_checkpoint",

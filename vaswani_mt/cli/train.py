@@ -33,8 +33,8 @@ from transformers import AutoTokenizer, DataCollatorForSeq2Seq, TrainerCallback,
 
 from ..data.corpus import CleaningOptions, DataError, load_parallel, preprocess_parallel, tokenize_dataset
 from ..data.tokenization import normalize_text, train_tokenizer
-from ..files import (describe_os_error, last_saves, remove_incomplete_checkpoints, share_weights, write_atomically,
-                     writing)
+from ..files import (checkpoint_step, describe_os_error, last_saves, remove_incomplete_checkpoints, share_weights,
+                     write_atomically, writing)
 from ..metrics import corpus_scores, moses_tokenized_bleu, tokenized_bleu
 from ..model.configuration_vaswani import VaswaniConfig
 from ..model.modeling_vaswani import VaswaniForConditionalGeneration
@@ -253,7 +253,7 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
 
     resume_from, ended = _resume_point(run.checkpoints, args) if resume else (None, None)
     if resume and ended is None and args.should_save:  # the updates after the checkpoint are repeated
-        for removed in drop_snapshots_after(run.snapshots, int(resume_from.rpartition("-")[2]) if resume_from else 0):
+        for removed in drop_snapshots_after(run.snapshots, checkpoint_step(resume_from) if resume_from else 0):
             logger.warning("removing %s", removed)
     trainer.accelerator.wait_for_everyone()
 
