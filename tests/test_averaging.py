@@ -184,6 +184,15 @@ def test_cli_averages_the_last_n_checkpoints_of_a_run(tmp_path, capsys):
     assert "2 checkpoints" in capsys.readouterr().out
 
 
+def test_cli_takes_a_train_run_folder_and_averages_the_checkpoints_inside_it(tmp_path, capsys):
+    run = tmp_path / "run"  # what `vaswani-mt train` writes: RUN/checkpoints/checkpoint-<step>
+    for step in (10, 20, 30):
+        _checkpoint(run / "checkpoints" / f"checkpoint-{step}", _weights(step))
+    assert main(["--run-dir", str(run), "--last", "2", "--output", str(tmp_path / "out")]) == 0
+    expected = average_checkpoints([run / "checkpoints" / "checkpoint-20", run / "checkpoints" / "checkpoint-30"])
+    _assert_bitwise_equal(load_file(tmp_path / "out" / "model.safetensors"), expected)
+
+
 def test_cli_accepts_explicit_inputs(tmp_path):
     a = _checkpoint(tmp_path / "a", _weights(0))
     b = _checkpoint(tmp_path / "b", _weights(1))

@@ -199,3 +199,11 @@ def test_the_protocol_config_reproduces_the_published_recipe():
     assert config.data.preprocess == "lowercase_moses" and (t.max_steps, t.warmup_steps, t.num_beams) == (8000, 2000, 5)
     peak = noam_lr(t.warmup_steps, d_model=shape.d_model, warmup_steps=t.warmup_steps, factor=t.noam_factor)
     assert peak == pytest.approx(0.005, rel=0.01)
+
+
+def test_the_protocol_config_averages_the_weights_of_its_last_ten_epochs():
+    from vaswani_mt.recipe.config import load_run_config
+
+    t = load_run_config("multi30k-en-de-lctok").training
+    updates_per_epoch = t.max_steps / 140  # Wu et al.'s 8,000 updates are ~140 Multi30k epochs at 8,192 tokens
+    assert t.average_last == 10 and t.average_every == round(updates_per_epoch)

@@ -99,6 +99,20 @@ def test_a_ctranslate2_export_of_such_a_model_preprocesses_raw_input_too(model, 
     assert list(exported.translate_lines(lines, num_beams=2, max_new_tokens=8)) == expected
 
 
+def test_the_raw_ctranslate2_api_preprocesses_raw_input_and_decodes_with_the_exports_defaults(model, tokenizer,
+                                                                                              tmp_path):
+    pytest.importorskip("ctranslate2")
+    from vaswani_mt.inference.export import ExportedModel, export_ctranslate2, translate_with_ctranslate2
+
+    model.eval()
+    model.config.preprocess, model.config.source_lang = "lowercase_moses", "en"
+    model.generation_config.num_beams = 2  # saved in the export's decoding defaults (the raw API used to say 4)
+    export_ctranslate2(model, tmp_path / "ct2", tokenizer=tokenizer)
+    lines = RAW + SENTENCES[:3]
+    expected = list(ExportedModel(tmp_path / "ct2", "cpu").translate_lines(lines, max_new_tokens=8))
+    assert translate_with_ctranslate2(tmp_path / "ct2", tokenizer, lines, max_decoding_length=8, threads=1) == expected
+
+
 def test_the_model_card_of_such_a_run_says_what_its_scores_and_input_are():
     from vaswani_mt.publishing.model_card import render_card
     from vaswani_mt.run_record import RunRecord, TestScores

@@ -1,6 +1,6 @@
 """`vaswani-mt average`: average the weights of several checkpoints (§6.1; `vaswani_mt.recipe.averaging`).
 
-    vaswani-mt average --run-dir runs/base --last 5 --output runs/base/averaged
+    vaswani-mt average --run-dir runs/base --last 5 --output runs/base/averaged      (or runs/base/checkpoints)
     vaswani-mt average --inputs ckpt-a ckpt-b ckpt-c --output averaged
 """
 
@@ -24,7 +24,8 @@ def _build_parser() -> argparse.ArgumentParser:
     source.add_argument(
         "--inputs", nargs="+", metavar="PATH", help="checkpoint folders or .safetensors files, oldest first"
     )
-    source.add_argument("--run-dir", metavar="RUN", help="Trainer output dir holding checkpoint-<step> folders")
+    source.add_argument("--run-dir", metavar="RUN", help="a run folder of `vaswani-mt train` (its checkpoints/), or "
+                        "any folder holding checkpoint-<step> folders")
     parser.add_argument(
         "--last",
         type=int,
@@ -41,6 +42,8 @@ def _last_checkpoints(parser: argparse.ArgumentParser, run_dir: str, count: int)
     too few consecutive saves is an error that lists what there is."""
     if not Path(run_dir).is_dir():
         parser.error(f"run directory {run_dir} does not exist")
+    if not checkpoint_folders(run_dir) and (Path(run_dir) / "checkpoints").is_dir():
+        run_dir = str(Path(run_dir) / "checkpoints")  # a `vaswani-mt train` run folder
     for _, folder in checkpoint_folders(run_dir):
         problem = checkpoint_problem(folder)
         if problem is not None:

@@ -333,25 +333,32 @@ def _translator(ctranslate2, model_dir, **options):
     return translator
 
 
-def translate_with_ctranslate2(model_dir, tokenizer, texts: list[str], *, beam_size: int = 4,
-                               length_penalty: float = 0.6, max_batch_tokens: int = 2048,
+def translate_with_ctranslate2(model_dir, tokenizer, texts: list[str], *, beam_size: int | None = None,
+                               length_penalty: float | None = None, max_batch_tokens: int = 2048,
                                compute_type: str = "default", threads: int = 0, **options) -> list[str]:
-    """Translate `texts` with an exported model, decoding as our `generate()` does by default (§6.1): beam 4,
-    length penalty 0.6 (score / length**alpha in both libraries), at most (longest source + 50) tokens, and an
-    immediate </s> allowed (``min_decoding_length=0``; CTranslate2's default is 1). Empty strings give "". Extra
-    keyword arguments go to ``Translator.translate_batch``.
+    """Translate `texts` with an exported model, decoding as our `generate()` does by default: the export's own
+    beams and length penalty (`DECODING_FILE`; §6.1's beam 4 and 0.6 for a folder without one), at most (longest
+    source + 50) tokens, and an immediate </s> allowed (``min_decoding_length=0``; CTranslate2's default is 1). Raw
+    text first goes through the preprocessing the model was trained with (e.g. ``lowercase_moses``), as
+    `vaswani-mt translate EXPORT` does. Empty strings give "". Extra keyword arguments go to
+    ``Translator.translate_batch``.
 
     CTranslate2's beam search stops once `beam_size` hypotheses are finished, i.e. it equals transformers'
     ``generate(early_stopping=True)``; with transformers' default (``early_stopping=False``) generate() may search
     a few steps longer and, rarely, return a better-scoring hypothesis."""
     ctranslate2 = _import_ctranslate2()
+    decoding_file = Path(model_dir) / DECODING_FILE
+    decoding = json.loads(decoding_file.read_text(encoding="utf-8")) if decoding_file.is_file() else {}
+    beam_size = beam_size or decoding.get("num_beams", 4)
+    length_penalty = decoding.get("length_penalty", 0.6) if length_penalty is None else length_penalty
+    preprocess = text_preprocessing(decoding.get("preprocess"), decoding.get("source_lang")) or (lambda text: text)
     translator = _translator(ctranslate2, model_dir, compute_type=compute_type, intra_threads=threads)
     keep = [i for i, text in enumerate(texts) if text.strip()]
-    sources = [tokenizer.convert_ids_to_tokens(tokenizer(texts[i]).input_ids) for i in keep]
+    sources = [tokenizer.convert_ids_to_tokens(tokenizer(preprocess(texts[i])).input_ids) for i in keep]
     results = [""] * len(texts)
     if not sources:
         return results
-    options.setdefault("max_decoding_length", max(len(s) for s in sources) + 50)
+    options.setdefault("max_decoding_length", max(len(s) for s in sources) + OUTPUT_LENGTH_MARGIN)
     options.setdefault("min_decoding_length", 0)
     outputs = translator.translate_batch(
         sources, beam_size=beam_size, length_penalty=length_penalty, max_batch_size=max_batch_tokens,
