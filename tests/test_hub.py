@@ -750,3 +750,11 @@ def test_a_push_keeps_the_runs_own_pipeline_file_and_a_new_save_brings_the_curre
     (tmp_path / PIPELINE_FILE).write_text("# the pipeline this model was saved with\n")
     assert pipeline_code_changes(tmp_path) == {}
     assert list(pipeline_code_changes(tmp_path, keep_existing=False)) == [PIPELINE_FILE]
+
+
+def test_a_card_writes_a_whole_epoch_limit_without_a_decimal_point():
+    from vaswani_mt.publishing.model_card import _recipe_rows
+
+    rows = dict(_recipe_rows({"num_epochs": 1000.0, "max_minutes": 85}))
+    assert rows["Length"] == "at most 1,000 epochs and 85 minutes"
+    assert dict(_recipe_rows({"num_epochs": 2.5}))["Length"] == "at most 2.5 epochs"

@@ -13,7 +13,6 @@ from stock_transformers import WITHOUT_VASWANI_MT
 from transformers import pipeline
 
 from tiny_tokenizer import SENTENCES
-from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
 from vaswani_mt.model.pipeline_vaswani import (
     TranslationPipeline,
     register_translation_pipeline,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tiny_tokenizer import SENTENCES
-from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
+from vaswani_mt import VaswaniForConditionalGeneration
 from vaswani_mt.cli.translate import main
 from vaswani_mt.inference.translate import translate_lines
 

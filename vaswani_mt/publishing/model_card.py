@@ -317,7 +317,7 @@ def _recipe_rows(t, subset: int | None = None) -> list[tuple]:
     if t.get("max_steps"):
         rows.append(("Length", f"at most {t['max_steps']:,} updates" + until))
     elif t.get("num_epochs"):
-        rows.append(("Length", f"at most {t['num_epochs']} epochs" + until))
+        rows.append(("Length", f"at most {t['num_epochs']:,g} epochs" + until))  # 1000.0 -> 1,000
     if "weight_decay" in t:
         rows.append(("Weight decay", str(t["weight_decay"])))
     if "max_grad_norm" in t:
