@@ -276,7 +276,7 @@ def test_translate_stops_quietly_when_the_reader_of_its_output_goes_away(model_d
         process.stdout.readline()
         process.stdout.close()  # what `head -1` does after its line
         stderr = process.stderr.read().decode()
-        assert process.wait(timeout=120) == 141
+        assert process.wait(timeout=120) == 141, stderr[-2000:]  # stderr says why when it is not
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
 
 
