@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..files import WEIGHTS_NAME, checkpoint_folders, checkpoint_problem, complete_checkpoints, last_saves
 from ..recipe.averaging import average_checkpoints
+from ..run_record import RunFolder
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -42,8 +43,8 @@ def _last_checkpoints(parser: argparse.ArgumentParser, run_dir: str, count: int)
     too few consecutive saves is an error that lists what there is."""
     if not Path(run_dir).is_dir():
         parser.error(f"run directory {run_dir} does not exist")
-    if not checkpoint_folders(run_dir) and (Path(run_dir) / "checkpoints").is_dir():
-        run_dir = str(Path(run_dir) / "checkpoints")  # a `vaswani-mt train` run folder
+    if not checkpoint_folders(run_dir) and RunFolder(run_dir).checkpoints.is_dir():
+        run_dir = str(RunFolder(run_dir).checkpoints)  # a `vaswani-mt train` run folder
     for _, folder in checkpoint_folders(run_dir):
         problem = checkpoint_problem(folder)
         if problem is not None:

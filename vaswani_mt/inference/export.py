@@ -333,6 +333,12 @@ def _translator(ctranslate2, model_dir, **options):
     return translator
 
 
+def _decoding_file(folder) -> dict | None:
+    """The decoding defaults an export was saved with (`DECODING_FILE`), or None for a folder without them."""
+    path = Path(folder) / DECODING_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
 def translate_with_ctranslate2(model_dir, tokenizer, texts: list[str], *, beam_size: int | None = None,
                                length_penalty: float | None = None, max_batch_tokens: int = 2048,
                                compute_type: str = "default", threads: int = 0, **options) -> list[str]:
@@ -347,8 +353,7 @@ def translate_with_ctranslate2(model_dir, tokenizer, texts: list[str], *, beam_s
     ``generate(early_stopping=True)``; with transformers' default (``early_stopping=False``) generate() may search
     a few steps longer and, rarely, return a better-scoring hypothesis."""
     ctranslate2 = _import_ctranslate2()
-    decoding_file = Path(model_dir) / DECODING_FILE
-    decoding = json.loads(decoding_file.read_text(encoding="utf-8")) if decoding_file.is_file() else {}
+    decoding = _decoding_file(model_dir) or {}
     beam_size = beam_size or decoding.get("num_beams", 4)
     length_penalty = decoding.get("length_penalty", 0.6) if length_penalty is None else length_penalty
     preprocess = text_preprocessing(decoding.get("preprocess"), decoding.get("source_lang")) or (lambda text: text)
@@ -386,11 +391,10 @@ class ExportedModel:
     def __init__(self, folder, device: str | None = None, compute_type: str = "default"):
         ctranslate2 = _import_ctranslate2()
         folder = Path(folder)
-        decoding = folder / DECODING_FILE
-        if not decoding.is_file():
+        self.decoding = _decoding_file(folder)
+        if self.decoding is None:
             raise ValueError(f"{folder} has no {DECODING_FILE} (the model's decoding defaults): export the model "
                              "again with `vaswani-mt export --force`")
-        self.decoding = json.loads(decoding.read_text(encoding="utf-8"))
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
