@@ -207,3 +207,14 @@ def test_the_protocol_config_averages_the_weights_of_its_last_ten_epochs():
     t = load_run_config("multi30k-en-de-lctok").training
     updates_per_epoch = t.max_steps / 140  # Wu et al.'s 8,000 updates are ~140 Multi30k epochs at 8,192 tokens
     assert t.average_last == 10 and t.average_every == round(updates_per_epoch)
+
+
+def test_the_cpu_configs_average_the_weights_of_their_last_ten_epochs_and_quick_runs_average_too():
+    from vaswani_mt.recipe.config import load_run_config
+
+    for name in ("multi30k-en-de", "multi30k-de-en"):
+        t = load_run_config(name).training
+        # 111 token-budget batches of 4,096 tokens make one epoch of Multi30k's training split (README).
+        assert (t.max_tokens, t.average_every, t.average_last) == (4096, 111, 10), name
+        quick = load_run_config(name, quick=True).training
+        assert quick.max_steps // quick.average_every == quick.average_last, name

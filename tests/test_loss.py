@@ -4,6 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from vaswani_mt.model.modeling_vaswani import label_smoothed_cross_entropy as log_softmax_loss
+from vaswani_mt.recipe import loss as recipe_loss
 from vaswani_mt.recipe.loss import label_smoothed_cross_entropy
 
 VOCAB = 11
@@ -39,11 +41,17 @@ def _batch(seed=0, shape=(3, 7), dtype=torch.float32):
     return logits, labels
 
 
+# The training loss (blockwise on CPU) and the model's own function (one log_softmax) meet the same specification.
+BOTH = pytest.mark.parametrize("loss_function", [label_smoothed_cross_entropy, log_softmax_loss],
+                               ids=["training_loss", "models_loss"])
+
+
+@BOTH
 @pytest.mark.parametrize("pad_token_id", [None, PAD])
 @pytest.mark.parametrize("epsilon", [0.1, 0.3])
-def test_matches_brute_force_smoothed_distribution(epsilon, pad_token_id):
+def test_matches_brute_force_smoothed_distribution(epsilon, pad_token_id, loss_function):
     logits, labels = _batch()
-    loss, nll, count = label_smoothed_cross_entropy(logits, labels, epsilon, pad_token_id=pad_token_id)
+    loss, nll, count = loss_function(logits, labels, epsilon, pad_token_id=pad_token_id)
     expected_loss, expected_nll, expected_count = _brute_force(logits, labels, epsilon, pad_token_id=pad_token_id)
     torch.testing.assert_close(loss, expected_loss)
     torch.testing.assert_close(nll, expected_nll)
@@ -57,12 +65,13 @@ def test_epsilon_zero_equals_cross_entropy_sum_exactly():
     assert torch.equal(loss, expected) and torch.equal(nll, expected)
 
 
+@BOTH
 @pytest.mark.parametrize("pad_token_id", [None, PAD])
-def test_gradient_matches_brute_force(pad_token_id):
+def test_gradient_matches_brute_force(pad_token_id, loss_function):
     logits, labels = _batch(seed=1)
     fast_input = logits.clone().requires_grad_()
     slow_input = logits.clone().requires_grad_()
-    label_smoothed_cross_entropy(fast_input, labels, 0.1, pad_token_id=pad_token_id)[0].backward()
+    loss_function(fast_input, labels, 0.1, pad_token_id=pad_token_id)[0].backward()
     _brute_force(slow_input, labels, 0.1, pad_token_id=pad_token_id)[0].backward()
     torch.testing.assert_close(fast_input.grad, slow_input.grad)
 
@@ -79,12 +88,43 @@ def test_ignored_and_pad_positions_get_no_loss_and_zero_gradient():
     assert torch.all(logits.grad[~skipped].abs().sum(-1) > 0)
 
 
-def test_ignored_positions_with_infinite_logits_do_not_poison_the_sum():
+@BOTH
+def test_ignored_positions_with_infinite_logits_do_not_poison_the_sum_or_the_gradient(loss_function):
     logits, labels = _batch(seed=3)
     logits[0, -1] = float("-inf")  # position 0,-1 is ignored (-100)
     logits[0, -1, 0] = 0.0
-    loss, nll, _ = label_smoothed_cross_entropy(logits, labels, 0.1)
-    assert torch.isfinite(loss) and torch.isfinite(nll)
+    logits.requires_grad_()
+    loss, nll, _ = loss_function(logits, labels, 0.1)
+    (loss + nll).backward()
+    assert torch.isfinite(loss) and torch.isfinite(nll) and torch.isfinite(logits.grad).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("pad_token_id", [None, PAD])
+def test_blockwise_training_loss_equals_the_models_loss_in_value_and_gradient(monkeypatch, dtype, pad_token_id):
+    """Blocks of 3 rows over 4 x 9 positions: several blocks and a short last one. Both outputs carry gradient."""
+    monkeypatch.setattr(recipe_loss, "BLOCK_ELEMENTS", 3 * VOCAB)
+    logits, labels = _batch(seed=6, shape=(4, 9), dtype=dtype)
+    labels[1, 0] = PAD
+    blockwise, reference = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    loss, nll, count = label_smoothed_cross_entropy(blockwise, labels, 0.1, pad_token_id=pad_token_id)
+    expected_loss, expected_nll, expected_count = log_softmax_loss(reference, labels, 0.1, pad_token_id=pad_token_id)
+    (0.7 * loss + 0.3 * nll).backward()
+    (0.7 * expected_loss + 0.3 * expected_nll).backward()
+    torch.testing.assert_close(loss, expected_loss)
+    torch.testing.assert_close(nll, expected_nll)
+    assert count.item() == expected_count.item()
+    assert blockwise.grad.dtype == dtype  # the gradient comes back in the logits' dtype (bf16 under autocast)
+    torch.testing.assert_close(blockwise.grad.float(), reference.grad.float(), rtol=1e-2 if dtype == torch.bfloat16
+                               else 1.3e-6, atol=1e-5)
+
+
+def test_training_loss_of_float32_logits_leaves_the_logits_unchanged():
+    logits, labels = _batch(seed=7)
+    before = logits.clone()
+    logits.requires_grad_()
+    label_smoothed_cross_entropy(logits, labels, 0.1, pad_token_id=PAD)[0].backward()
+    assert torch.equal(logits.detach(), before)
 
 
 def test_sum_over_half_batches_divided_by_total_tokens_equals_full_batch_mean():

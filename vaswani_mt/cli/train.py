@@ -41,6 +41,7 @@ from ..model.modeling_vaswani import VaswaniForConditionalGeneration
 from ..model.pipeline_vaswani import save_for_pipeline
 from ..publishing.plots import plot_training_curves
 from ..recipe.averaging import average_checkpoints
+from ..recipe.host_memory import keep_freed_memory
 from ..recipe.config import (ConfigError, RunConfig, load_run_config, parse_overrides, save_run_config,
                              shipped_config_names)
 from ..recipe.snapshots import WeightSnapshots, drop_snapshots_after, last_snapshots
@@ -224,6 +225,8 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
         with writing(run.config):
             save_run_config(config, run.config)
     logger.info("run folder %s; world size %d", run_dir, args.world_size)
+    if args.device.type == "cpu" and keep_freed_memory():
+        logger.info("malloc keeps freed memory for the next step (vaswani_mt.recipe.host_memory)")
     logger.info("data: %s", cleaning_report.summary())
     tokenizer = _load_tokenizer(config, raw, run, args)
     with args.main_process_first(desc="tokenize"):

@@ -508,6 +508,23 @@ def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
                              f"vocabulary of {vocab_size} ids (0..{vocab_size - 1}): was another tokenizer used?")
 
 
+def check_loss_arguments(logits: torch.Tensor, labels: torch.Tensor, epsilon: float, pad_token_id: int | None) -> None:
+    """The ValueError of `label_smoothed_cross_entropy` for arguments it cannot use."""
+    if not 0.0 <= epsilon < 1.0:
+        raise ValueError(f"epsilon must be in [0, 1), got {epsilon!r}")
+    if logits.dim() < 1 or logits.shape[:-1] != labels.shape:
+        raise ValueError(
+            "logits must have shape labels.shape + (vocab_size,); got logits "
+            f"{tuple(logits.shape)} and labels {tuple(labels.shape)}"
+        )
+    if pad_token_id is not None and not 0 <= pad_token_id < logits.shape[-1]:
+        raise ValueError(f"pad_token_id {pad_token_id} is outside the vocabulary of size {logits.shape[-1]}")
+    if epsilon > 0.0 and logits.shape[-1] - (2 if pad_token_id is not None else 1) < 1:
+        raise ValueError(
+            f"label smoothing needs at least one class besides the target and padding; vocab_size={logits.shape[-1]}"
+        )
+
+
 def label_smoothed_cross_entropy(
     logits: torch.Tensor,
     labels: torch.Tensor,
@@ -516,7 +533,8 @@ def label_smoothed_cross_entropy(
     pad_token_id: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Summed label-smoothed cross-entropy (§5.4: ε_ls = 0.1), the one loss of the package: training uses it with
-    ε (`vaswani_mt.recipe.loss`, whose docstring derives it), the model's own `loss` (given `labels`) with ε = 0.
+    ε (`vaswani_mt.recipe.loss`, whose docstring derives it, computes the same block by block on CPU), the model's
+    own `loss` (given `labels`) with ε = 0.
 
     The smoothed target puts ``1 - ε`` on the label and ``δ = ε / (V - 2)`` on every other class but padding
     (``ε / (V - 1)`` without ``pad_token_id``), computed as
@@ -535,17 +553,8 @@ def label_smoothed_cross_entropy(
         log-likelihood, both float32 sums over the counted positions, and the number of counted
         positions as a 0-dim int64 tensor (kept on-device: no host sync).
     """
-    if not 0.0 <= epsilon < 1.0:
-        raise ValueError(f"epsilon must be in [0, 1), got {epsilon!r}")
-    if logits.dim() < 1 or logits.shape[:-1] != labels.shape:
-        raise ValueError(
-            "logits must have shape labels.shape + (vocab_size,); got logits "
-            f"{tuple(logits.shape)} and labels {tuple(labels.shape)}"
-        )
+    check_loss_arguments(logits, labels, epsilon, pad_token_id)
     vocab_size = logits.shape[-1]
-    if pad_token_id is not None and not 0 <= pad_token_id < vocab_size:
-        raise ValueError(f"pad_token_id {pad_token_id} is outside the vocabulary of size {vocab_size}")
-
     # float32 log_softmax even for bf16/fp16 logits: low-precision log-probabilities of a large
     # vocabulary lose most of their mantissa to the log-sum-exp.
     log_probs = F.log_softmax(logits.float(), dim=-1).reshape(-1, vocab_size)
@@ -560,12 +569,7 @@ def label_smoothed_cross_entropy(
     if epsilon == 0.0:
         return nll_sum, nll_sum, num_tokens
 
-    num_smoothed_classes = vocab_size - (2 if pad_token_id is not None else 1)
-    if num_smoothed_classes < 1:
-        raise ValueError(
-            f"label smoothing needs at least one class besides the target and padding; vocab_size={vocab_size}"
-        )
-    delta = epsilon / num_smoothed_classes
+    delta = epsilon / (vocab_size - (2 if pad_token_id is not None else 1))
 
     # masked_fill (not multiplication by the mask) keeps ignored rows at exactly zero even when
     # they hold -inf log-probabilities, and gives them zero gradient.
@@ -744,4 +748,5 @@ __all__ = [
     "sinusoidal_table",
     "shift_tokens_right",
     "label_smoothed_cross_entropy",
+    "check_loss_arguments",
 ]

@@ -44,13 +44,102 @@ Relation to other implementations
   micro-batch's own token count otherwise, and takes log_softmax in the logits' dtype.
 * ``nll_sum`` (the unsmoothed negative log-likelihood) is returned as well, because perplexity
   should be reported from it, not from the smoothed loss.
+
+Speed on CPU
+------------
+The model's own function (``vaswani_mt.model.modeling_vaswani``) takes a float32 ``log_softmax`` of the whole
+``[tokens, V]`` logits; autograd then keeps it, zero-fills two more ``[tokens, V]`` gradients (``nll_loss`` and
+the pad column) and casts the result back to bfloat16 under autocast. With Multi30k's 10,000-token vocabulary and
+4,096-token batches that is ~160 MB per tensor, and on 2 CPU cores those memory-bound passes took over half of
+every training step (torch profiler: fill, copy and log_softmax forward/backward). Here, on CPU and with ε > 0,
+the same sums and their gradient ``p - q`` are computed block by block of rows, each block small enough to stay
+in cache, straight from the logits as they come (bfloat16 under autocast): one read of the logits forward, one
+read and one write backward; the float32 probabilities are recomputed backward instead of kept. Elsewhere (CUDA, ``torch.compile``, ε = 0) the model's function runs as it is.
 """
 
 from __future__ import annotations
 
-# Defined in the model layer, which travels with checkpoints (the model computes its own loss with it, ε = 0); this
-# module is its documented home in the training recipe.
-from ..model.modeling_vaswani import label_smoothed_cross_entropy
+import torch
+
+from ..model.modeling_vaswani import check_loss_arguments
+from ..model.modeling_vaswani import label_smoothed_cross_entropy as log_softmax_loss
 
 __all__ = ["label_smoothed_cross_entropy"]
 
+# Rows per block: 64 rows of a 10,000-token vocabulary are 2.5 MB of float32, the size of a core's L2 and L3 share.
+BLOCK_ELEMENTS = 64 * 10_000
+
+
+def label_smoothed_cross_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    epsilon: float = 0.1,
+    ignore_index: int = -100,
+    pad_token_id: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(loss_sum, nll_sum, num_tokens)``: the arguments, results and errors of the model's
+    ``label_smoothed_cross_entropy`` (module docstring), computed block by block on CPU when ε > 0."""
+    if epsilon == 0.0 or logits.device.type != "cpu" or torch.compiler.is_compiling():
+        return log_softmax_loss(logits, labels, epsilon, ignore_index=ignore_index, pad_token_id=pad_token_id)
+    check_loss_arguments(logits, labels, epsilon, pad_token_id)
+    vocab_size = logits.shape[-1]
+    targets = labels.reshape(-1)
+    counted = targets != ignore_index
+    if pad_token_id is not None:
+        counted &= targets != pad_token_id
+    delta = epsilon / (vocab_size - (2 if pad_token_id is not None else 1))
+    safe_targets = targets.masked_fill(~counted, 0)  # ignored rows read column 0 and are masked out
+    loss_sum, nll_sum = _BlockwiseSmoothedCrossEntropy.apply(
+        logits.reshape(-1, vocab_size), safe_targets, counted, epsilon, delta, pad_token_id)
+    return loss_sum, nll_sum, counted.sum()
+
+
+def _row_blocks(rows: int, vocab_size: int):
+    step = max(1, BLOCK_ELEMENTS // vocab_size)
+    return (slice(start, min(start + step, rows)) for start in range(0, rows, step))
+
+
+class _BlockwiseSmoothedCrossEntropy(torch.autograd.Function):
+    """Per counted row, with p = softmax(logits): ``nll = -log p_y``,
+    ``loss = (1 - ε - δ) nll + δ Σ_c -log p_c - δ (-log p_pad)``, and
+    ``d loss / d logits = p - q`` (q: 1 - ε on y, δ elsewhere, 0 on pad), ``d nll / d logits = p - onehot(y)``.
+    (log_)softmax, not exp: torch.exp on CPU is ~15x slower where its results fall below float32's normal range,
+    as most of a trained model's probabilities do."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, counted, epsilon, delta, pad_token_id):
+        rows, vocab_size = logits.shape
+        target_log_prob = torch.empty(rows, dtype=torch.float32)
+        sum_log_probs = torch.empty(rows, dtype=torch.float32)
+        pad_log_prob = torch.zeros(rows, dtype=torch.float32)
+        for block in _row_blocks(rows, vocab_size):
+            log_probs = torch.log_softmax(logits[block], dim=-1, dtype=torch.float32)
+            target_log_prob[block] = log_probs.gather(1, targets[block, None]).squeeze(1)
+            torch.sum(log_probs, dim=-1, out=sum_log_probs[block])
+            if pad_token_id is not None:
+                pad_log_prob[block] = log_probs[:, pad_token_id]
+        nll_rows = -target_log_prob
+        loss_rows = (1.0 - epsilon - delta) * nll_rows - delta * (sum_log_probs - pad_log_prob)
+        # where (not multiplication by the mask): ignored rows may hold infinite logits.
+        zero = torch.zeros((), dtype=torch.float32)
+        ctx.save_for_backward(logits, targets, counted)
+        ctx.epsilon, ctx.delta, ctx.pad_token_id = epsilon, delta, pad_token_id
+        return torch.where(counted, loss_rows, zero).sum(), torch.where(counted, nll_rows, zero).sum()
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):
+        logits, targets, counted = ctx.saved_tensors
+        zero = torch.zeros((), dtype=torch.float32)
+        grad_loss = zero if grad_loss is None else grad_loss.float()
+        grad_nll = zero if grad_nll is None else grad_nll.float()
+        scale = torch.where(counted, grad_loss + grad_nll, zero)[:, None]  # times p
+        shift = torch.where(counted, grad_loss * ctx.delta, zero)[:, None]  # δ on every class ...
+        at_target = torch.where(counted, grad_loss * (1.0 - ctx.epsilon - ctx.delta) + grad_nll, zero)[:, None]
+        grad = torch.empty_like(logits)
+        for block in _row_blocks(*logits.shape):
+            g = torch.softmax(logits[block], dim=-1, dtype=torch.float32).mul_(scale[block]).sub_(shift[block])
+            g.scatter_add_(1, targets[block, None], -at_target[block])
+            if ctx.pad_token_id is not None:
+                g[:, ctx.pad_token_id] += shift[block, 0]  # ... but none on padding
+            grad[block] = g
+        return grad, None, None, None, None, None

@@ -1,0 +1,32 @@
+"""Training on CPU: keep freed memory in the process instead of handing it back to the kernel after every step.
+
+glibc's malloc serves each block above its mmap threshold (128 KiB, rising to at most 32 MiB as blocks are freed)
+with a fresh mmap, and returns it with munmap when the tensor is freed. A training step on Multi30k allocates and
+frees blocks of ~80 MB (the [tokens, vocabulary] logits and their gradient at 4,096 tokens and 10,000 BPE tokens),
+so every step the kernel maps, zero-fills and unmaps them again: 5 of 30 seconds of system time in 40 steps on
+the 2-core machine. Serving them from the heap and not trimming it makes those steps ~1.2x faster (README,
+"Speed"). The price: the process keeps its peak memory until it exits, as a training run does anyway.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+# mallopt(3) parameter numbers (glibc's malloc.h).
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+
+# Blocks below 1 GiB come from the heap; the heap is never trimmed.
+MMAP_THRESHOLD = 2**30
+TRIM_THRESHOLD = 2**31 - 1
+
+
+def keep_freed_memory() -> bool:
+    """Ask the C library's malloc to serve large blocks from its heap and keep freed memory for reuse. True if the
+    C library took both settings (glibc); False where it has no `mallopt` or refused one (macOS, Windows, musl)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
