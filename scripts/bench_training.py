@@ -4,6 +4,8 @@
     python scripts/bench_training.py --precision fp32   # one precision only
     python scripts/bench_training.py --quick            # 2 repetitions of 1 step, short idle waits
     python scripts/bench_training.py --shape mini       # the `mini` preset (the shape of every multi30k config)
+    python scripts/bench_training.py --shape mini --precision bf16 --loss training --malloc both
+                                                        # the multi30k configs' training step, as `train` runs it
 
 The "small" shape (d_model 256, 3+3 layers, 4 heads, FFN 1024, vocab 8000, dropout 0.1; `--shape mini`: d_model
 128, 4+4 layers, 4 heads, FFN 256, vocab 10000, dropout 0.3), 266 sentence pairs of 15
@@ -19,6 +21,13 @@ ours picks eager attention on CPU in bf16 by itself. Each repetition times every
 for other processes to go quiet; disturbed repetitions are redone. Prints target tokens per second (median,
 min–max), the ratio to Marian at the same precision and to Marian fp32.
 
+`--loss training`: the label-smoothed loss (ε = 0.1) each model trains with: ours through
+`vaswani_mt.recipe.loss` (what `VaswaniTrainer` uses; block by block on CPU), Marian through transformers'
+`LabelSmoother` (what `Seq2SeqTrainer(label_smoothing_factor=0.1)` uses), plus `ours log_softmax loss`: the
+same loss through the model's one-log_softmax function (the training loss before the blockwise one).
+`--malloc keep`: glibc's malloc keeps freed memory in the process, as `vaswani-mt train` sets it on CPU
+(`vaswani_mt.recipe.host_memory`); `--malloc both` times every system both ways, switching before each run.
+
 Target of the project (issue): training >= 1.25x Marian.
 """
 
@@ -27,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import ctypes
 import sys
 from pathlib import Path
 
@@ -46,17 +56,55 @@ def make_batch(vocab_size: int, seed: int = 1) -> dict:
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
 
 
-def step_runner(model, batch, steps: int, bf16: bool):
+def step_runner(model, batch, steps: int, bf16: bool, loss_of=None, malloc=None):
+    """`loss_of(model, batch)`: the loss to train; None: the model's own (`model(**batch).loss`). `malloc`: the
+    (mmap, trim) thresholds to set before each run; None: leave malloc as it is."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
     def run():
+        if malloc is not None:
+            set_malloc(*malloc)
         for _ in range(steps):
             with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
-                loss = model(**batch).loss
+                loss = model(**batch).loss if loss_of is None else loss_of(model, batch)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     return run
+
+
+def ours_training_loss(loss_function):
+    def loss_of(model, batch):
+        labels = batch["labels"]
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       decoder_input_ids=model.prepare_decoder_input_ids_from_labels(labels), use_cache=False).logits
+        loss_sum, _, count = loss_function(logits, labels, epsilon=0.1, pad_token_id=model.config.pad_token_id)
+        return loss_sum / count
+    return loss_of
+
+
+def marian_training_loss():
+    from transformers.trainer_pt_utils import LabelSmoother
+
+    smoother = LabelSmoother(epsilon=0.1)
+
+    def loss_of(model, batch):
+        return smoother(model(**batch), batch["labels"], shift_labels=False)
+    return loss_of
+
+
+def set_malloc(mmap_threshold: int, trim_threshold: int) -> None:
+    from vaswani_mt.recipe.host_memory import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
+
+    mallopt = ctypes.CDLL(None).mallopt
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    if not (mallopt(M_MMAP_THRESHOLD, mmap_threshold) and mallopt(M_TRIM_THRESHOLD, trim_threshold)):
+        raise SystemExit("bench_training.py: this C library refused mallopt (--malloc needs glibc)")
+
+
+# glibc's defaults (the mmap threshold starts there and moves up to 32 MiB; blocks of the [tokens, vocabulary]
+# logits are above that either way) and the settings of vaswani_mt.recipe.host_memory.
+MALLOC_DEFAULT = (128 * 1024, 128 * 1024)
 
 
 def main(argv=None) -> int:
@@ -72,6 +120,10 @@ def main(argv=None) -> int:
     parser.add_argument("--precision", choices=("fp32", "bf16", "all"), default="all")
     parser.add_argument("--shape", choices=("small", "mini"), default="small",
                         help="small (the former multi30k default) or mini (the multi30k configs' shape)")
+    parser.add_argument("--loss", choices=("model", "training"), default="model",
+                        help="model: each model's own cross-entropy; training: label smoothing 0.1 (docstring)")
+    parser.add_argument("--malloc", choices=("as-is", "keep", "both"), default="as-is",
+                        help="keep: malloc keeps freed memory (as `vaswani-mt train`); both: time each way")
     args = parser.parse_args(argv)
     if args.quick:
         args.repetitions, args.steps, args.max_redo = 2, 1, 1
@@ -81,6 +133,10 @@ def main(argv=None) -> int:
 
     from vaswani_mt import PRESETS, VaswaniConfig, VaswaniForConditionalGeneration
     from vaswani_mt.model.convert import to_marian
+    from vaswani_mt.recipe.host_memory import MMAP_THRESHOLD, TRIM_THRESHOLD
+    from vaswani_mt.run_record import Hardware
+
+    keep_freed = (MMAP_THRESHOLD, TRIM_THRESHOLD)
 
     shape = SMALL_SHAPE if args.shape == "small" else {**PRESETS["mini"], "vocab_size": 10000}
     torch.manual_seed(0)
@@ -94,16 +150,32 @@ def main(argv=None) -> int:
         loss_ours, loss_marian = ours(**batch).loss.item(), marian(**batch).loss.item()
         ours.train(), marian.train()
     precisions = ("fp32", "bf16") if args.precision == "all" else (args.precision,)
+    training_loss = args.loss == "training"
+    if training_loss:
+        from vaswani_mt.model.modeling_vaswani import label_smoothed_cross_entropy as log_softmax_loss
+        from vaswani_mt.recipe.loss import label_smoothed_cross_entropy
+    mallocs = {"as-is": {"": None}, "keep": {"": keep_freed}, "both": {", malloc default": MALLOC_DEFAULT,
+                                                                       ", malloc keeps": keep_freed}}[args.malloc]
     systems = {}
-    for precision in precisions:  # a fresh copy per system: each has its own optimizer state and weights
-        bf16 = precision == "bf16"
-        systems[f"marian {precision}"] = step_runner(copy.deepcopy(marian), batch, args.steps, bf16)
-        if bf16:
-            eager = copy.deepcopy(marian)
-            eager.set_attn_implementation("eager")
-            systems[f"marian eager {precision}"] = step_runner(eager, batch, args.steps, bf16)
-        systems[f"ours {precision}"] = step_runner(copy.deepcopy(ours), batch, args.steps, bf16)
+    for suffix, malloc in mallocs.items():
+        for precision in precisions:  # a fresh copy per system: each has its own optimizer state and weights
+            bf16 = precision == "bf16"
+            marian_loss = marian_training_loss() if training_loss else None
+            systems[f"marian{suffix} {precision}"] = step_runner(copy.deepcopy(marian), batch, args.steps, bf16,
+                                                                 marian_loss, malloc)
+            if bf16:
+                eager = copy.deepcopy(marian)
+                eager.set_attn_implementation("eager")
+                systems[f"marian eager{suffix} {precision}"] = step_runner(eager, batch, args.steps, bf16, marian_loss,
+                                                                           malloc)
+            if training_loss:
+                systems[f"ours log_softmax loss{suffix} {precision}"] = step_runner(
+                    copy.deepcopy(ours), batch, args.steps, bf16, ours_training_loss(log_softmax_loss), malloc)
+            systems[f"ours{suffix} {precision}"] = step_runner(
+                copy.deepcopy(ours), batch, args.steps, bf16,
+                ours_training_loss(label_smoothed_cross_entropy) if training_loss else None, malloc)
     tokens = int(batch["labels"].numel())
+    print(f"CPU {Hardware.of_this_machine().cpu}; loss {args.loss}; malloc {args.malloc}", file=sys.stderr)
     print(f"shape {args.shape}; torch {torch.__version__}, {args.threads} threads; {PAIRS} pairs x {LENGTH} tokens = {tokens} target "
           f"tokens/step; {args.repetitions} repetitions x {args.steps} steps", file=sys.stderr)
     for run in systems.values():  # warm-up (allocates Adam state)
@@ -123,8 +195,9 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     for name in systems:
         system, precision = name.rsplit(" ", 1)
-        same = rate(name) / rate(f"marian {precision}")
-        fp32 = f"{rate(name) / rate('marian fp32'):.2f}x" if "marian fp32" in results else "–"
+        suffix = next((s for s in mallocs if s and system.endswith(s)), "")
+        same = rate(name) / rate(f"marian{suffix} {precision}")
+        fp32 = f"{rate(name) / rate(f'marian{suffix} fp32'):.2f}x" if f"marian{suffix} fp32" in results else "–"
         print(f"| {system} | {precision} | {rate(name):.0f} | {fmt_range(rates(name))} | "
               f"{results[name].median() / args.steps:.3f} | {same:.2f}x | {fp32} | "
               f"{results[name].disturbed}/{len(results[name].seconds)} |")

@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -510,3 +511,9 @@ def test_snapshots_every_n_updates_are_averaged_and_a_resumed_run_ends_with_the_
     assert "resuming from " + str(run / "checkpoints" / "checkpoint-4") in result.stderr
     assert sorted(p.name for p in (run / "snapshots").iterdir()) == ["step-12", "step-9"]
     assert _same_bits(run / "averaged" / "model.safetensors", reference / "averaged" / "model.safetensors")
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_training_on_cpu_keeps_freed_memory_in_the_process(reference_output):
+    """vaswani_mt.recipe.host_memory: the step's ~80 MB logits are not mapped and unmapped again every step."""
+    assert "malloc keeps freed memory for the next step" in (reference_output.run_dir / "train.log").read_text()

@@ -4,7 +4,8 @@ glibc's malloc serves each block above its mmap threshold (128 KiB, rising to at
 with a fresh mmap, and returns it with munmap when the tensor is freed. A training step on Multi30k allocates and
 frees blocks of ~80 MB (the [tokens, vocabulary] logits and their gradient at 4,096 tokens and 10,000 BPE tokens),
 so every step the kernel maps, zero-fills and unmaps them again: 5 of 30 seconds of system time in 40 steps on
-the 2-core machine. Serving them from the heap and not trimming it makes those steps ~1.2x faster (README,
+the 2-core machine. Serving them from the heap and not trimming it made the `mini` training step 1.73x faster
+there (`python scripts/bench_training.py --shape mini --precision bf16 --loss training --malloc both`, README
 "Speed"). The price: the process keeps its peak memory until it exits, as a training run does anyway.
 """
 
