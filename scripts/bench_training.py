@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import ctypes
 import sys
 from pathlib import Path
 
@@ -94,11 +93,9 @@ def marian_training_loss():
 
 
 def set_malloc(mmap_threshold: int, trim_threshold: int) -> None:
-    from vaswani_mt.recipe.host_memory import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
+    from vaswani_mt.recipe.host_memory import set_malloc_thresholds
 
-    mallopt = ctypes.CDLL(None).mallopt
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    if not (mallopt(M_MMAP_THRESHOLD, mmap_threshold) and mallopt(M_TRIM_THRESHOLD, trim_threshold)):
+    if not set_malloc_thresholds(mmap_threshold, trim_threshold):
         raise SystemExit("bench_training.py: this C library refused mallopt (--malloc needs glibc)")
 
 

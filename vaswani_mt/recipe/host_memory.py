@@ -22,12 +22,18 @@ MMAP_THRESHOLD = 2**30
 TRIM_THRESHOLD = 2**31 - 1
 
 
-def keep_freed_memory() -> bool:
-    """Ask the C library's malloc to serve large blocks from its heap and keep freed memory for reuse. True if the
-    C library took both settings (glibc); False where it has no `mallopt` or refused one (macOS, Windows, musl)."""
+def set_malloc_thresholds(mmap_threshold: int, trim_threshold: int) -> bool:
+    """mallopt(3) M_MMAP_THRESHOLD and M_TRIM_THRESHOLD. True if the C library took both (glibc); False where it has
+    no `mallopt` or refused one (macOS, Windows, musl)."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError, TypeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    return bool(mallopt(M_MMAP_THRESHOLD, mmap_threshold)) and bool(mallopt(M_TRIM_THRESHOLD, trim_threshold))
+
+
+def keep_freed_memory() -> bool:
+    """Ask the C library's malloc to serve large blocks from its heap and keep freed memory for reuse. True if the
+    C library took both settings (glibc); False where it cannot."""
+    return set_malloc_thresholds(MMAP_THRESHOLD, TRIM_THRESHOLD)
