@@ -45,9 +45,16 @@ def copy_dataset(tokenizer, count: int, length: int, seed: int) -> Dataset:
 
 
 def train_copy_task(norm_style: str = "post", max_steps: int = 600, seed: int = 0, length: int = 10,
-                    noam_factor: float = 0.5,
+                    noam_factor: float | None = None,
                     output_dir: str | None = None) -> dict:
-    """Train on random sequences; return greedy exact-match accuracy on 500 unseen ones, and the time taken."""
+    """Train on random sequences; return greedy exact-match accuracy on 500 unseen ones, and the time taken.
+
+    The default peak learning rate depends on the norm style: post-norm stalls more easily at a high peak, and at
+    factor 0.5 (peak 4.4e-3) it copied only 70.8 % on an Intel Xeon with one torch thread (100 % with two, and on an
+    AMD EPYC); at 0.35 (peak 3.1e-3) it copied 100 % there with one or two threads and seeds 0-2. Pre-norm keeps 0.5:
+    at 0.35 it learns more slowly (97.2 % in 600 updates with two threads)."""
+    if noam_factor is None:
+        noam_factor = 0.35 if norm_style == "post" else 0.5
     torch.manual_seed(seed)
     tokenizer = symbol_tokenizer()
     config = VaswaniConfig.from_preset(

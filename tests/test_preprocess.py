@@ -128,7 +128,7 @@ def test_the_model_card_of_such_a_run_says_what_its_scores_and_input_are():
     assert ".lower()" in card and "Scores are computed on detokenized output" not in card
 
 
-def test_translate_reference_scores_of_such_a_model_compare_like_with_like(model, tokenizer, tmp_path, capsys):
+def test_translate_reference_scores_of_such_a_model_compare_like_with_like_and_print_the_literature_bleu(model, tokenizer, tmp_path, capsys):
     model.config.preprocess, model.config.source_lang, model.config.target_lang = "lowercase_moses", "en", "de"
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
@@ -136,4 +136,6 @@ def test_translate_reference_scores_of_such_a_model_compare_like_with_like(model
     (tmp_path / "ref.de").write_text("Ein Hund.\n", encoding="utf-8")
     assert main(["translate", str(tmp_path / "model"), "-i", str(tmp_path / "in.en"), "-r", str(tmp_path / "ref.de"),
                  "--device", "cpu", "--max-new-tokens", "4"]) == 0
-    assert "references lowercased and Moses-tokenized" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "references lowercased and Moses-tokenized" in err
+    assert "BLEU, lowercased Moses-tokenized (multi-bleu.perl) = " in err and "case:lc|eff:no|tok:none" in err

@@ -4,7 +4,8 @@
     vaswani-mt translate runs/NAME/ct2 ...      # a CTranslate2 export (`vaswani-mt export`): faster on a CPU
 
 The work is `vaswani_mt.inference.translate` (streaming, batching, order); this module reads the options and the
-files, refuses an --output that would destroy an input, and scores against --reference.
+files, refuses an --output that would destroy an input, and scores against --reference (for a model trained with
+`data.preprocess`, also with multi-bleu.perl's BLEU on the tokenized lowercase output, as `train` scores it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import BinaryIO, TextIO
 from ..files import describe_os_error, writing
 from ..inference.engines import load_translator, target_preprocessing
 from ..inference.translate import DEFAULT_MAX_TOKENS, DEFAULT_SORT_WINDOW, TranslateError, read_lines
-from ..metrics import corpus_scores
+from ..metrics import corpus_scores, tokenized_bleu
 from ..model.generation_vaswani import LENGTH_PENALTY_STYLES
 
 
@@ -192,4 +193,8 @@ def _run(args) -> int:
         scores = corpus_scores(hypotheses, references)
         print(f"BLEU = {scores['bleu']:.2f}  {scores['bleu_signature']}", file=sys.stderr)
         print(f"chrF2 = {scores['chrf']:.2f}  {scores['chrf_signature']}", file=sys.stderr)
+        if preprocess is not None:  # the literature's score of such a model: multi-bleu.perl's, no tokenizing again
+            literature = tokenized_bleu(hypotheses, references)
+            print(f"BLEU, lowercased Moses-tokenized (multi-bleu.perl) = {literature['bleu']:.2f}  "
+                  f"{literature['bleu_signature']}", file=sys.stderr)
     return 0
