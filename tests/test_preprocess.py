@@ -128,7 +128,8 @@ def test_the_model_card_of_such_a_run_says_what_its_scores_and_input_are():
     assert ".lower()" in card and "Scores are computed on detokenized output" not in card
 
 
-def test_translate_reference_scores_of_such_a_model_compare_like_with_like_and_print_the_literature_bleu(model, tokenizer, tmp_path, capsys):
+def test_translate_reference_scores_of_such_a_model_compare_like_with_like_and_print_the_literature_bleu(
+        model, tokenizer, tmp_path, capsys):
     model.config.preprocess, model.config.source_lang, model.config.target_lang = "lowercase_moses", "en", "de"
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
