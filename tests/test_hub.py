@@ -758,3 +758,12 @@ def test_a_card_writes_a_whole_epoch_limit_without_a_decimal_point():
     rows = dict(_recipe_rows({"num_epochs": 1000.0, "max_minutes": 85}))
     assert rows["Length"] == "at most 1,000 epochs and 85 minutes"
     assert dict(_recipe_rows({"num_epochs": 2.5}))["Length"] == "at most 2.5 epochs"
+
+
+def test_a_card_names_the_cooldown_beside_the_noam_schedule_only_when_the_run_had_one():
+    from vaswani_mt.publishing.model_card import _recipe_rows
+
+    with_cooldown = dict(_recipe_rows({"warmup_steps": 800, "noam_factor": 0.64, "cooldown_steps": 2000}))
+    assert with_cooldown["Learning rate"].endswith(
+        "800 warm-up steps, factor 0.64 (§5.3); then a linear fall to 0 over the last 2,000 updates (not in the paper)")
+    assert "fall" not in dict(_recipe_rows({"warmup_steps": 800, "cooldown_steps": None}))["Learning rate"]

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from vaswani_mt.recipe.schedule import NoamLR, make_adam, noam_curve, noam_lr
+from vaswani_mt.recipe.schedule import NoamLR, cooldown_multiplier, make_adam, noam_curve, noam_lr
 
 
 def _optimizer(num_groups: int = 1) -> torch.optim.Adam:
@@ -132,3 +132,44 @@ def test_last_epoch_argument_resumes_like_torch_schedulers():
     _train_steps(optimizer, scheduler, 5)
     resumed = NoamLR(_optimizer(), d_model=64, warmup_steps=10, last_epoch=4)
     assert resumed.get_last_lr() == scheduler.get_last_lr() == [noam_lr(6, 64, 10)]
+
+
+# --- the linear cool-down (not in the paper) ---------------------------------------------------------------------
+
+
+def test_cooldown_multiplier_is_one_until_the_last_n_updates_then_falls_linearly_to_one_nth():
+    assert [cooldown_multiplier(step, 10, 4) for step in range(1, 11)] == [1, 1, 1, 1, 1, 1, 1.0, 0.75, 0.5, 0.25]
+    assert cooldown_multiplier(11, 10, 4) == 0.0  # past the end
+    assert [cooldown_multiplier(step, 3, 3) for step in (1, 2, 3)] == [1.0, 2 / 3, 1 / 3]
+
+
+def test_scheduler_with_cooldown_uses_the_noam_rate_times_the_cooldown_multiplier():
+    optimizer = _optimizer(num_groups=2)
+    scheduler = NoamLR(optimizer, d_model=64, warmup_steps=3, factor=2.0, cooldown_steps=4, total_steps=10)
+    used = _train_steps(optimizer, scheduler, 10)
+    assert used == pytest.approx([noam_lr(k, 64, 3, 2.0) * cooldown_multiplier(k, 10, 4) for k in range(1, 11)],
+                                 rel=1e-12)
+    assert used[:6] == noam_curve(64, 3, 6, 2.0)  # untouched before the cool-down
+    assert optimizer.param_groups[1]["lr"] == 0.0  # after the last update
+
+
+def test_resumed_scheduler_keeps_the_saved_cooldown():
+    optimizer = _optimizer()
+    scheduler = NoamLR(optimizer, d_model=64, warmup_steps=3, cooldown_steps=5, total_steps=12)
+    _train_steps(optimizer, scheduler, 6)
+    saved = scheduler.state_dict()
+    uninterrupted = _train_steps(optimizer, scheduler, 6)
+    resumed_optimizer = _optimizer()
+    resumed = NoamLR(resumed_optimizer, d_model=64, warmup_steps=3)  # built without one: the saved state decides
+    resumed.load_state_dict(saved)
+    assert _train_steps(resumed_optimizer, resumed, 6) == uninterrupted
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"cooldown_steps": 5}, "cooldown_steps needs total_steps"),
+    ({"cooldown_steps": 11, "total_steps": 10}, r"cooldown_steps \(11\) exceeds total_steps \(10\)"),
+    ({"cooldown_steps": 0, "total_steps": 10}, "cooldown_steps must be > 0"),
+], ids=["no-total", "longer-than-run", "zero"])
+def test_scheduler_rejects_a_cooldown_it_cannot_apply(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        NoamLR(_optimizer(), d_model=64, warmup_steps=3, **kwargs)

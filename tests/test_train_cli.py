@@ -70,6 +70,8 @@ def run_train(*args: str, timeout: int = 300, umask: int = -1) -> subprocess.Com
     (["--training.length_penalty_style", "gnm"], "training.length_penalty_style must be one of transformers, gnmt"),
     (["--training.average_every", "0"], "training.average_every must be > 0"),
     (["--training.average_every", "3", "--training.average_last", "1"], "which must then be at least 2, got 1"),
+    (["--training.cooldown_steps", "0"], "training.cooldown_steps must be > 0"),
+    (["--training.cooldown_steps", "13"], "training.cooldown_steps (13) exceeds training.max_steps (12)"),
 ])
 def test_bad_config_is_refused_before_any_work_with_the_key_named(tmp_path, small_corpus, capsys, override,
                                                                    message):

@@ -31,6 +31,7 @@ if str(TESTS_DIR) not in sys.path:
 from trainer_helpers import common  # noqa: E402
 from trainer_helpers.common import PER_DEVICE_BATCH  # noqa: E402
 
+from vaswani_mt.recipe.config import ConfigError  # noqa: E402
 from vaswani_mt.recipe.loss import label_smoothed_cross_entropy  # noqa: E402
 from vaswani_mt.recipe.schedule import NoamLR, noam_lr  # noqa: E402
 from vaswani_mt.recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments, bleu_chrf_metrics  # noqa: E402
@@ -264,6 +265,34 @@ def test_logged_learning_rate_is_the_noam_rate_of_the_update_just_made(tmp_path,
     assert max(logged, key=logged.get) == effective_warmup  # rises until the end of the warm-up, then decays
 
 
+def test_trainer_cools_the_rate_down_linearly_over_the_last_cooldown_steps_of_the_run(tmp_path):
+    """cooldown_steps ends where the run ends: at max_steps, the logged rate of update k is
+    noam_lr(k) * (max_steps - k + 1) / cooldown_steps over the last cooldown_steps updates."""
+    max_steps, cooldown = 6, 3
+    examples = common.make_examples(2 * max_steps, seed=4)
+    trainer = common.RecordingTrainer(
+        model=common.make_model(),
+        args=common.make_args(str(tmp_path), max_steps=max_steps, per_device_train_batch_size=2, warmup_steps=2,
+                              cooldown_steps=cooldown),
+        train_dataset=common.to_dataset(examples), data_collator=common.pad_collator,
+        example_index=common.ExampleIndex(examples),
+    )
+    trainer.train()
+    d_model = trainer.model.config.d_model
+    logged = {entry["step"]: entry["learning_rate"] for entry in trainer.state.log_history if "learning_rate" in entry}
+    expected = {k: noam_lr(k, d_model, 2) * min(1.0, (max_steps - k + 1) / cooldown) for k in range(1, max_steps + 1)}
+    assert logged == pytest.approx(expected, rel=1e-12)
+    assert logged[6] == pytest.approx(noam_lr(6, d_model, 2) / 3, rel=1e-12)
+
+
+def test_a_cooldown_longer_than_the_run_is_a_config_error_naming_the_setting(tmp_path):
+    trainer = VaswaniTrainer(model=common.make_model(),
+                             args=VaswaniTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True,
+                                                           cooldown_steps=20))
+    with pytest.raises(ConfigError, match=r"training.cooldown_steps \(20\) exceeds the run's 10 updates"):
+        trainer.create_optimizer_and_scheduler(num_training_steps=10)
+
+
 # --- 6. arguments and optimizer ----------------------------------------------------------------------------------
 
 
@@ -273,7 +302,8 @@ def test_logged_learning_rate_is_the_noam_rate_of_the_update_just_made(tmp_path,
     ({"label_smoothing": -0.1}, r"label_smoothing must be in \[0, 1\)"),
     ({"label_smoothing": 1.0}, r"label_smoothing must be in \[0, 1\)"),
     ({"label_smoothing_factor": 0.1}, "use label_smoothing"),
-], ids=["warmup-0", "warmup-negative", "smoothing-negative", "smoothing-1", "label_smoothing_factor"])
+    ({"cooldown_steps": 0}, "cooldown_steps must be > 0"),
+], ids=["warmup-0", "warmup-negative", "smoothing-negative", "smoothing-1", "label_smoothing_factor", "cooldown-0"])
 def test_training_arguments_reject_invalid_recipe_settings(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         VaswaniTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, **overrides)

@@ -304,7 +304,9 @@ def _recipe_rows(t, subset: int | None = None) -> list[tuple]:
         factor = t.get("noam_factor")
         rows.append(("Learning rate", f"Noam schedule, d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), "
                                       f"{t['warmup_steps']} warm-up steps"
-                     + (f", factor {factor}" if factor not in (None, 1, 1.0) else "") + " (§5.3)"))
+                     + (f", factor {factor}" if factor not in (None, 1, 1.0) else "") + " (§5.3)"
+                     + (f"; then a linear fall to 0 over the last {t['cooldown_steps']:,} updates (not in the paper)"
+                        if t.get("cooldown_steps") else "")))
     if "label_smoothing" in t:
         rows.append(("Label smoothing", f"ε_ls = {t['label_smoothing']} (§5.4)"))
     if t.get("max_tokens"):

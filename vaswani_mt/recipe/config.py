@@ -81,6 +81,7 @@ class TrainingConfig:
     max_minutes: float | None = None  # stop (with a final checkpoint) after this much wall time
     warmup_steps: int = 4000  # Noam warm-up (§5.3)
     noam_factor: float = 1.0  # Noam multiplier (§5.3 uses 1)
+    cooldown_steps: int | None = None  # not in §5.3: the rate falls linearly to 0 over the run's last N updates
     label_smoothing: float = 0.1  # eps_ls (§5.4)
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
@@ -254,7 +255,7 @@ def _merged(base: dict, over: dict) -> dict:
 # training.X) and `VaswaniTrainingArguments` (which names its field).
 _POSITIVE = ("max_tokens", "gradient_accumulation_steps", "max_steps", "num_epochs", "max_minutes", "warmup_steps",
              "noam_factor", "eval_steps", "logging_steps", "keep_checkpoints", "num_beams", "num_threads",
-             "average_every")
+             "average_every", "cooldown_steps")
 
 
 def recipe_problem(name: str, value: Any) -> str | None:
@@ -291,6 +292,8 @@ def validate(config: RunConfig) -> None:
     if t.average_every is not None and t.average_last < 2:
         raise ConfigError(f"training.average_every ({t.average_every}) takes snapshots for the average of the last "
                           f"training.average_last, which must then be at least 2, got {t.average_last}")
+    if t.cooldown_steps is not None and t.max_steps is not None and t.cooldown_steps > t.max_steps:
+        raise ConfigError(f"training.cooldown_steps ({t.cooldown_steps}) exceeds training.max_steps ({t.max_steps})")
     if t.average_every is None and t.average_last > t.keep_checkpoints:
         raise ConfigError(f"training.average_last ({t.average_last}) cannot exceed training.keep_checkpoints "
                           f"({t.keep_checkpoints}): older checkpoints are deleted")

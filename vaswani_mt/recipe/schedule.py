@@ -10,6 +10,12 @@ Transformer (the paper itself has factor 1).
 
 Steps are 1-based: step ``k`` is the k-th optimizer update. Step 0 (before any update) has
 rate 0, which also keeps the formula free of a division by zero.
+
+Not in the paper: an optional linear cool-down. Over the last ``cooldown_steps`` of a run of known
+length the Noam rate is multiplied by a factor falling linearly from 1 to 0 (the last update runs
+with ``1 / cooldown_steps`` of it). A run cut short by a time budget ends at a higher rate; the
+inverse square root alone never anneals, which matters in short runs ("budgeted training",
+Li et al. 2020; warmup-stable-decay schedules).
 """
 
 from __future__ import annotations
@@ -38,6 +44,17 @@ def noam_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> 
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
+def cooldown_multiplier(step: int, total_steps: int, cooldown_steps: int) -> float:
+    """The cool-down's factor for the ``step``-th update of ``total_steps``: 1 until the last ``cooldown_steps``
+    updates, then ``(total_steps - step + 1) / cooldown_steps`` (the last update gets ``1 / cooldown_steps``), 0
+    past the end."""
+    _require_positive("total_steps", total_steps)
+    _require_positive("cooldown_steps", cooldown_steps)
+    if cooldown_steps > total_steps:
+        raise ValueError(f"cooldown_steps ({cooldown_steps}) exceeds total_steps ({total_steps})")
+    return min(1.0, max(0.0, (total_steps - step + 1) / cooldown_steps))
+
+
 def noam_curve(d_model: int, warmup_steps: int, num_steps: int, factor: float = 1.0) -> list[float]:
     """Rates for updates 1..num_steps (element ``i`` belongs to step ``i + 1``), for plotting."""
     if num_steps < 0:
@@ -60,6 +77,9 @@ class NoamLR(LRScheduler):
     re-applies the restored lr to the optimizer, so the curve continues exactly where it was
     saved, whichever order optimizer and scheduler state are loaded in.
 
+    ``cooldown_steps`` (with ``total_steps``, the run's length): the Noam rate times
+    :func:`cooldown_multiplier`, a linear fall to 0 over the last ``cooldown_steps`` updates (module docstring).
+
     The optimizer's own initial lr is ignored (see :func:`make_adam`, which passes 1.0).
     """
 
@@ -70,13 +90,21 @@ class NoamLR(LRScheduler):
         warmup_steps: int,
         factor: float = 1.0,
         last_epoch: int = -1,
+        cooldown_steps: int | None = None,
+        total_steps: int | None = None,
     ) -> None:
         _require_positive("d_model", d_model)
         _require_positive("warmup_steps", warmup_steps)
         _require_positive("factor", factor)
+        if cooldown_steps is not None:
+            if total_steps is None:
+                raise ValueError("cooldown_steps needs total_steps (the run's length)")
+            cooldown_multiplier(1, total_steps, cooldown_steps)  # checks both
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.factor = factor
+        self.cooldown_steps = cooldown_steps
+        self.total_steps = total_steps
         # The base class insists on "initial_lr" when resuming with last_epoch >= 0; our schedule
         # never reads it, so provide it instead of making callers fake it.
         for group in optimizer.param_groups:
@@ -84,7 +112,11 @@ class NoamLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def _current_lr(self) -> float:
-        return noam_lr(self.last_epoch + 1, self.d_model, self.warmup_steps, self.factor)
+        step = self.last_epoch + 1
+        lr = noam_lr(step, self.d_model, self.warmup_steps, self.factor)
+        if self.cooldown_steps is None:
+            return lr
+        return lr * cooldown_multiplier(step, self.total_steps, self.cooldown_steps)
 
     def get_lr(self) -> list[float]:
         """The lr for every param group; torch calls this after advancing ``last_epoch``."""

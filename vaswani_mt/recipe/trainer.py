@@ -41,7 +41,7 @@ from ..files import (  # noqa: F401
 from ..metrics import corpus_scores
 from ..model.pipeline_vaswani import save_for_pipeline
 from ..run_record import RunRecord
-from .config import TrainingConfig, recipe_problem
+from .config import ConfigError, TrainingConfig, recipe_problem
 from .loss import label_smoothed_cross_entropy
 from .schedule import NoamLR, make_adam
 
@@ -63,6 +63,7 @@ TRAINER_PRIVATE_HOOKS = {
 SAME_SETTING = {
     "max_tokens": "max_tokens", "gradient_accumulation_steps": "gradient_accumulation_steps",
     "num_epochs": "num_train_epochs", "warmup_steps": "warmup_steps", "noam_factor": "noam_factor",
+    "cooldown_steps": "cooldown_steps",
     "label_smoothing": "label_smoothing", "adam_beta1": "adam_beta1", "adam_beta2": "adam_beta2",
     "adam_epsilon": "adam_epsilon", "weight_decay": "weight_decay", "max_grad_norm": "max_grad_norm",
     "eval_steps": "eval_steps", "logging_steps": "logging_steps", "num_beams": "generation_num_beams",
@@ -90,6 +91,9 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
                                                                                        "cross-entropy)."})
     noam_factor: float = field(default=_RECIPE.noam_factor, metadata={"help": "Multiplier of the Noam schedule."})
     warmup_steps: int | float = field(default=_RECIPE.warmup_steps, metadata={"help": "Noam warm-up updates (§5.3)."})
+    cooldown_steps: int | None = field(
+        default=_RECIPE.cooldown_steps,
+        metadata={"help": "Not in §5.3: the rate falls linearly to 0 over the last N of the run's updates."})
     adam_beta2: float = field(default=_RECIPE.adam_beta2, metadata={"help": "§5.3: beta_2 = 0.98."})
     adam_epsilon: float = field(default=_RECIPE.adam_epsilon, metadata={"help": "§5.3: epsilon = 1e-9."})
     weight_decay: float = field(default=_RECIPE.weight_decay, metadata={"help": "None in the paper."})
@@ -106,7 +110,7 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         super().__post_init__()
         if self.save_total_limit is not None:
             self.checkpoint_limit, self.save_total_limit = self.save_total_limit, None
-        for name in ("warmup_steps", "label_smoothing", "noam_factor", "max_tokens"):
+        for name in ("warmup_steps", "label_smoothing", "noam_factor", "max_tokens", "cooldown_steps"):
             value = getattr(self, name)
             problem = recipe_problem(name, value) if value is not None else None
             if problem or (name == "warmup_steps" and not value):
@@ -203,9 +207,15 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if self.lr_scheduler is None:
             d_model = self.accelerator.unwrap_model(self.model).config.d_model
             # get_warmup_steps: a float warmup_steps < 1 is a fraction of the training steps, as in TrainingArguments.
+            # num_training_steps: max_steps, or the updates of num_train_epochs; the cool-down ends there.
+            cooldown = self.args.cooldown_steps
+            if cooldown is not None and cooldown > num_training_steps:
+                raise ConfigError(f"training.cooldown_steps ({cooldown}) exceeds the run's {num_training_steps} "
+                                  "updates")
             self.lr_scheduler = NoamLR(optimizer or self.optimizer, d_model=d_model,
                                        warmup_steps=self.args.get_warmup_steps(num_training_steps),
-                                       factor=self.args.noam_factor)
+                                       factor=self.args.noam_factor, cooldown_steps=self.args.cooldown_steps,
+                                       total_steps=num_training_steps)
         return self.lr_scheduler
 
     # -- token-budget batches (§5.1) ----------------------------------------------------------------------------
