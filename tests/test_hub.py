@@ -763,7 +763,9 @@ def test_a_card_writes_a_whole_epoch_limit_without_a_decimal_point():
 def test_a_card_names_the_cooldown_beside_the_noam_schedule_only_when_the_run_had_one():
     from vaswani_mt.publishing.model_card import _recipe_rows
 
-    with_cooldown = dict(_recipe_rows({"warmup_steps": 800, "noam_factor": 0.64, "cooldown_steps": 2000}))
-    assert with_cooldown["Learning rate"].endswith(
-        "800 warm-up steps, factor 0.64 (§5.3); then a linear fall to 0 over the last 2,000 updates (not in the paper)")
-    assert "fall" not in dict(_recipe_rows({"warmup_steps": 800, "cooldown_steps": None}))["Learning rate"]
+    training = {"warmup_steps": 800, "noam_factor": 0.64, "max_steps": 9000, "cooldown_steps": 2000}
+    assert dict(_recipe_rows(training, updates=9000))["Learning rate"].endswith(
+        "800 warm-up steps, factor 0.64 (§5.3); then a linear fall to 0 over updates 7,001-9,000 (not in the paper)")
+    assert dict(_recipe_rows(training, updates=8500))["Learning rate"].endswith(
+        "(not in the paper), but the run stopped at update 8,500")
+    assert "fall" not in dict(_recipe_rows({**training, "cooldown_steps": None}))["Learning rate"]

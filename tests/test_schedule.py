@@ -140,6 +140,8 @@ def test_last_epoch_argument_resumes_like_torch_schedulers():
 def test_cooldown_multiplier_is_one_until_the_last_n_updates_then_falls_linearly_to_one_nth():
     assert [cooldown_multiplier(step, 10, 4) for step in range(1, 11)] == [1, 1, 1, 1, 1, 1, 1.0, 0.75, 0.5, 0.25]
     assert cooldown_multiplier(11, 10, 4) == 0.0  # past the end
+    with pytest.raises(ValueError, match="step must be >= 0"):
+        cooldown_multiplier(-1, 10, 4)
     assert [cooldown_multiplier(step, 3, 3) for step in (1, 2, 3)] == [1.0, 2 / 3, 1 / 3]
 
 
@@ -173,3 +175,13 @@ def test_resumed_scheduler_keeps_the_saved_cooldown():
 def test_scheduler_rejects_a_cooldown_it_cannot_apply(kwargs, message):
     with pytest.raises(ValueError, match=message):
         NoamLR(_optimizer(), d_model=64, warmup_steps=3, **kwargs)
+
+
+def test_resuming_with_another_cooldown_than_the_saved_one_is_refused():
+    scheduler = NoamLR(_optimizer(), d_model=64, warmup_steps=3, cooldown_steps=5, total_steps=12)
+    for other in ({"cooldown_steps": 5, "total_steps": 20}, {"cooldown_steps": 4, "total_steps": 12}):
+        with pytest.raises(ValueError, match="keeps the cool-down it was started with"):
+            NoamLR(_optimizer(), d_model=64, warmup_steps=3, **other).load_state_dict(scheduler.state_dict())
+    without = NoamLR(_optimizer(), d_model=64, warmup_steps=3).state_dict()
+    with pytest.raises(ValueError, match="the saved schedule has cooldown_steps=None"):
+        NoamLR(_optimizer(), d_model=64, warmup_steps=3, cooldown_steps=5, total_steps=12).load_state_dict(without)

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
+from vaswani_mt.publishing.model_card import render_model_card
 from vaswani_mt.recipe.config import ConfigError, load_run_config, parse_overrides
 from vaswani_mt.cli.train import main as train_main
 from vaswani_mt.recipe.trainer import SAVING_MARKER, complete_checkpoints, is_complete_checkpoint
@@ -72,6 +73,8 @@ def run_train(*args: str, timeout: int = 300, umask: int = -1) -> subprocess.Com
     (["--training.average_every", "3", "--training.average_last", "1"], "which must then be at least 2, got 1"),
     (["--training.cooldown_steps", "0"], "training.cooldown_steps must be > 0"),
     (["--training.cooldown_steps", "13"], "training.cooldown_steps (13) exceeds training.max_steps (12)"),
+    (["--training.cooldown_steps", "5", "--training.max_steps", "null", "--training.max_minutes", "5"],
+     "training.cooldown_steps (5) needs training.max_steps"),
 ])
 def test_bad_config_is_refused_before_any_work_with_the_key_named(tmp_path, small_corpus, capsys, override,
                                                                    message):
@@ -519,3 +522,15 @@ def test_snapshots_every_n_updates_are_averaged_and_a_resumed_run_ends_with_the_
 def test_training_on_cpu_keeps_freed_memory_in_the_process(reference_output):
     """vaswani_mt.recipe.host_memory: the step's ~80 MB logits are not mapped and unmapped again every step."""
     assert "malloc keeps freed memory for the next step" in (reference_output.run_dir / "train.log").read_text()
+
+
+def test_a_time_budget_that_stops_a_run_inside_its_cooldown_is_logged_and_named_on_the_card(tmp_path, small_corpus):
+    config = tiny_config(tmp_path, small_corpus, cooldown_steps=4, max_minutes=1e-5)  # stops after the first update
+    assert train_main(["--config", str(config)]) == 0
+    run_dir = tmp_path / "run"
+    updates = json.loads((run_dir / "metrics.json").read_text())["training"]["steps"]
+    assert updates < 12
+    log = (run_dir / "train.log").read_text()
+    assert f"the run stopped at update {updates}, before the end of its cool-down at training.max_steps 12" in log
+    card = render_model_card(run_dir)
+    assert f"linear fall to 0 over updates 9-12 (not in the paper), but the run stopped at update {updates}" in card

@@ -267,6 +267,9 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
         train_metrics = _restore_ended_training(trainer, ended, run.checkpoints, resume_from)
     train_seconds = time.perf_counter() - started
     history = trainer.state.log_history
+    if config.training.cooldown_steps and trainer.state.global_step < config.training.max_steps:
+        logger.warning("the run stopped at update %d, before the end of its cool-down at training.max_steps %d",
+                       trainer.state.global_step, config.training.max_steps)
 
     record = RunRecord(
         command=command,

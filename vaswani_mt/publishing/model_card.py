@@ -177,7 +177,8 @@ def render_card(record: RunRecord, repo_id: str | None = None, license: str | No
         splits=[f"{role} `{data[key]}`" for key, role in (("train_split", "training"), ("valid_split", "validation"),
                                                            ("test_split", "test")) if data.get(key)],
         cleaning=_cleaning_rows(record.data),
-        recipe=_recipe_rows(config.get("training") or {}, data.get("valid_subset")),
+        recipe=_recipe_rows(config.get("training") or {}, data.get("valid_subset"),
+                            record.training.steps if record.training else None),
         run=_run_rows(record.training, record.command),
         max_positions=model_config.get("max_position_embeddings"),
         licence={"id": licence["license"], "link": licence.get("license_link"), "name_given": bool(license_name)})
@@ -293,8 +294,18 @@ def _cleaning_rows(cleaning) -> list[tuple]:
     return rows
 
 
-def _recipe_rows(t, subset: int | None = None) -> list[tuple]:
-    """The training section of a run config as table rows; `subset`: data.valid_subset (validation on that many)."""
+def _cooldown(t, updates: int | None) -> str:
+    """The cool-down's span, and where the run stopped if that was before the cool-down ended."""
+    if not t.get("cooldown_steps") or not t.get("max_steps"):
+        return ""
+    end = t["max_steps"]
+    text = f"; then a linear fall to 0 over updates {end - t['cooldown_steps'] + 1:,}-{end:,} (not in the paper)"
+    return text + (f", but the run stopped at update {updates:,}" if updates is not None and updates < end else "")
+
+
+def _recipe_rows(t, subset: int | None = None, updates: int | None = None) -> list[tuple]:
+    """The training section of a run config as table rows; `subset`: data.valid_subset (validation on that many);
+    `updates`: the run's updates (the record's), to say whether it finished its cool-down."""
     rows = []
     until = f" and {t['max_minutes']} minutes" if t.get("max_minutes") else ""
     if "adam_beta1" in t:
@@ -305,8 +316,7 @@ def _recipe_rows(t, subset: int | None = None) -> list[tuple]:
         rows.append(("Learning rate", f"Noam schedule, d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), "
                                       f"{t['warmup_steps']} warm-up steps"
                      + (f", factor {factor}" if factor not in (None, 1, 1.0) else "") + " (§5.3)"
-                     + (f"; then a linear fall to 0 over the last {t['cooldown_steps']:,} updates (not in the paper)"
-                        if t.get("cooldown_steps") else "")))
+                     + _cooldown(t, updates)))
     if "label_smoothing" in t:
         rows.append(("Label smoothing", f"ε_ls = {t['label_smoothing']} (§5.4)"))
     if t.get("max_tokens"):

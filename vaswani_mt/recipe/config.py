@@ -81,7 +81,7 @@ class TrainingConfig:
     max_minutes: float | None = None  # stop (with a final checkpoint) after this much wall time
     warmup_steps: int = 4000  # Noam warm-up (§5.3)
     noam_factor: float = 1.0  # Noam multiplier (§5.3 uses 1)
-    cooldown_steps: int | None = None  # not in §5.3: the rate falls linearly to 0 over the run's last N updates
+    cooldown_steps: int | None = None  # not in §5.3: the rate falls linearly to 0 over the last N of max_steps
     label_smoothing: float = 0.1  # eps_ls (§5.4)
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
@@ -292,7 +292,10 @@ def validate(config: RunConfig) -> None:
     if t.average_every is not None and t.average_last < 2:
         raise ConfigError(f"training.average_every ({t.average_every}) takes snapshots for the average of the last "
                           f"training.average_last, which must then be at least 2, got {t.average_last}")
-    if t.cooldown_steps is not None and t.max_steps is not None and t.cooldown_steps > t.max_steps:
+    if t.cooldown_steps is not None and t.max_steps is None:
+        raise ConfigError(f"training.cooldown_steps ({t.cooldown_steps}) needs training.max_steps: the cool-down "
+                          "ends at the run's last update, which a number of epochs or minutes does not fix")
+    if t.cooldown_steps is not None and t.cooldown_steps > t.max_steps:
         raise ConfigError(f"training.cooldown_steps ({t.cooldown_steps}) exceeds training.max_steps ({t.max_steps})")
     if t.average_every is None and t.average_last > t.keep_checkpoints:
         raise ConfigError(f"training.average_last ({t.average_last}) cannot exceed training.keep_checkpoints "

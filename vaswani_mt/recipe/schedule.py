@@ -13,9 +13,10 @@ rate 0, which also keeps the formula free of a division by zero.
 
 Not in the paper: an optional linear cool-down. Over the last ``cooldown_steps`` of a run of known
 length the Noam rate is multiplied by a factor falling linearly from 1 to 0 (the last update runs
-with ``1 / cooldown_steps`` of it). A run cut short by a time budget ends at a higher rate; the
-inverse square root alone never anneals, which matters in short runs ("budgeted training",
-Li et al. 2020; warmup-stable-decay schedules).
+with ``1 / cooldown_steps`` of it). The inverse square root alone never anneals: a short run ends
+at a rate still near its peak (Li et al. 2020, "Budgeted Training", anneal to 0 by the end of the
+budget). The cool-down ends at the run's last update, so the run's length must be fixed in
+updates; a run stopped earlier (a time budget) stops before or inside it.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def cooldown_multiplier(step: int, total_steps: int, cooldown_steps: int) -> flo
     past the end."""
     _require_positive("total_steps", total_steps)
     _require_positive("cooldown_steps", cooldown_steps)
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step!r}")
     if cooldown_steps > total_steps:
         raise ValueError(f"cooldown_steps ({cooldown_steps}) exceeds total_steps ({total_steps})")
     return min(1.0, max(0.0, (total_steps - step + 1) / cooldown_steps))
@@ -79,6 +82,7 @@ class NoamLR(LRScheduler):
 
     ``cooldown_steps`` (with ``total_steps``, the run's length): the Noam rate times
     :func:`cooldown_multiplier`, a linear fall to 0 over the last ``cooldown_steps`` updates (module docstring).
+    A restored state keeps its own cool-down; one given here as well must be the same.
 
     The optimizer's own initial lr is ignored (see :func:`make_adam`, which passes 1.0).
     """
@@ -127,6 +131,11 @@ class NoamLR(LRScheduler):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the scheduler and put the restored lr back into the optimizer."""
+        for name in ("cooldown_steps", "total_steps"):
+            mine, saved = getattr(self, name), state_dict.get(name)
+            if self.cooldown_steps is not None and mine != saved:
+                raise ValueError(f"the saved schedule has {name}={saved!r}, this one {mine!r}: a resumed run "
+                                 "keeps the cool-down it was started with")
         super().load_state_dict(state_dict)
         lr = self._current_lr()
         for group in self.optimizer.param_groups:

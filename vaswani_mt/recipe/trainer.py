@@ -41,7 +41,7 @@ from ..files import (  # noqa: F401
 from ..metrics import corpus_scores
 from ..model.pipeline_vaswani import save_for_pipeline
 from ..run_record import RunRecord
-from .config import ConfigError, TrainingConfig, recipe_problem
+from .config import TrainingConfig, recipe_problem
 from .loss import label_smoothed_cross_entropy
 from .schedule import NoamLR, make_adam
 
@@ -210,8 +210,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
             # num_training_steps: max_steps, or the updates of num_train_epochs; the cool-down ends there.
             cooldown = self.args.cooldown_steps
             if cooldown is not None and cooldown > num_training_steps:
-                raise ConfigError(f"training.cooldown_steps ({cooldown}) exceeds the run's {num_training_steps} "
-                                  "updates")
+                raise ValueError(f"cooldown_steps ({cooldown}) exceeds the run's {num_training_steps} updates")
             self.lr_scheduler = NoamLR(optimizer or self.optimizer, d_model=d_model,
                                        warmup_steps=self.args.get_warmup_steps(num_training_steps),
                                        factor=self.args.noam_factor, cooldown_steps=self.args.cooldown_steps,
