@@ -45,16 +45,22 @@ def noam_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> 
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
+def _check_cooldown(cooldown_steps: int, total_steps: int | None) -> None:
+    if total_steps is None:
+        raise ValueError("cooldown_steps needs total_steps (the run's length)")
+    _require_positive("total_steps", total_steps)
+    _require_positive("cooldown_steps", cooldown_steps)
+    if cooldown_steps > total_steps:
+        raise ValueError(f"cooldown_steps ({cooldown_steps}) exceeds total_steps ({total_steps})")
+
+
 def cooldown_multiplier(step: int, total_steps: int, cooldown_steps: int) -> float:
     """The cool-down's factor for the ``step``-th update of ``total_steps``: 1 until the last ``cooldown_steps``
     updates, then ``(total_steps - step + 1) / cooldown_steps`` (the last update gets ``1 / cooldown_steps``), 0
     past the end."""
-    _require_positive("total_steps", total_steps)
-    _require_positive("cooldown_steps", cooldown_steps)
+    _check_cooldown(cooldown_steps, total_steps)
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step!r}")
-    if cooldown_steps > total_steps:
-        raise ValueError(f"cooldown_steps ({cooldown_steps}) exceeds total_steps ({total_steps})")
     return min(1.0, max(0.0, (total_steps - step + 1) / cooldown_steps))
 
 
@@ -101,9 +107,7 @@ class NoamLR(LRScheduler):
         _require_positive("warmup_steps", warmup_steps)
         _require_positive("factor", factor)
         if cooldown_steps is not None:
-            if total_steps is None:
-                raise ValueError("cooldown_steps needs total_steps (the run's length)")
-            cooldown_multiplier(1, total_steps, cooldown_steps)  # checks both
+            _check_cooldown(cooldown_steps, total_steps)
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.factor = factor
@@ -131,11 +135,11 @@ class NoamLR(LRScheduler):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the scheduler and put the restored lr back into the optimizer."""
-        for name in ("cooldown_steps", "total_steps"):
-            mine, saved = getattr(self, name), state_dict.get(name)
-            if self.cooldown_steps is not None and mine != saved:
-                raise ValueError(f"the saved schedule has {name}={saved!r}, this one {mine!r}: a resumed run "
-                                 "keeps the cool-down it was started with")
+        if self.cooldown_steps is not None:  # given here: it must be the saved one
+            for name in ("cooldown_steps", "total_steps"):
+                if getattr(self, name) != state_dict.get(name):
+                    raise ValueError(f"the saved schedule has {name}={state_dict.get(name)!r}, this one "
+                                     f"{getattr(self, name)!r}: a resumed run keeps the cool-down it was started with")
         super().load_state_dict(state_dict)
         lr = self._current_lr()
         for group in self.optimizer.param_groups:
