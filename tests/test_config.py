@@ -218,3 +218,14 @@ def test_the_cpu_configs_average_the_weights_of_their_last_ten_epochs_and_quick_
         assert (t.max_tokens, t.average_every, t.average_last) == (4096, 111, 10), name
         quick = load_run_config(name, quick=True).training
         assert quick.max_steps // quick.average_every == quick.average_last, name
+
+
+def test_the_cased_cpu_configs_cool_down_over_their_last_updates_and_the_protocol_config_does_not():
+    from vaswani_mt.recipe.config import load_run_config
+
+    for name in ("multi30k-en-de", "multi30k-de-en"):
+        full, quick = load_run_config(name).training, load_run_config(name, quick=True).training
+        assert (full.max_steps, full.cooldown_steps) == (9000, 2000), name
+        assert quick.cooldown_steps < quick.max_steps, name  # --quick keeps the cool-down, scaled to its 150 updates
+    for quick in (False, True):  # Wu et al.'s inverse-sqrt schedule has none, though the config extends multi30k-en-de
+        assert load_run_config("multi30k-en-de-lctok", quick=quick).training.cooldown_steps is None

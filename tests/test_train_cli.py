@@ -87,7 +87,7 @@ def test_bad_config_is_refused_before_any_work_with_the_key_named(tmp_path, smal
 def test_shipped_configs_load_and_quick_mode_shortens_the_run():
     full = load_run_config("multi30k-en-de")
     quick = load_run_config("multi30k-en-de", quick=True)
-    assert full.model.preset == "mini" and full.training.max_minutes == 85
+    assert full.model.preset == "mini" and (full.training.max_steps, full.training.max_minutes) == (9000, 89)
     assert quick.training.max_steps < 1000 and quick.output_dir != full.output_dir
     assert load_run_config("multi30k-de-en").data.source_lang == "de"
     assert load_run_config("wmt14-en-de-base", {"data.path": "."}).tokenizer.vocab_size == 37000
