@@ -226,6 +226,7 @@ def test_the_cased_cpu_configs_cool_down_over_their_last_updates_and_the_protoco
     for name in ("multi30k-en-de", "multi30k-de-en"):
         full, quick = load_run_config(name).training, load_run_config(name, quick=True).training
         assert (full.max_steps, full.cooldown_steps) == (9000, 2000), name
-        assert quick.cooldown_steps < quick.max_steps, name  # --quick keeps the cool-down, scaled to its 150 updates
+        # --quick keeps the cool-down, scaled to its 150 updates
+        assert quick.cooldown_steps / quick.max_steps == pytest.approx(full.cooldown_steps / full.max_steps, abs=0.05)
     for quick in (False, True):  # Wu et al.'s inverse-sqrt schedule has none, though the config extends multi30k-en-de
         assert load_run_config("multi30k-en-de-lctok", quick=quick).training.cooldown_steps is None
