@@ -4,8 +4,8 @@
     python scripts/check_int8_bleu.py runs/NAME/model --source test.en --reference test.de --tolerance 0.5 --hf
 
 Exports the model (a saved model folder, or a `vaswani-mt train` run folder: its `model/`) to CTranslate2 in float32 and int8,
-translates the test set with both (beam 4, length penalty 0.6, up to source length + 50 tokens: the model's
-defaults), and prints a markdown table of sacreBLEU BLEU / chrF (with signatures) and the int8 - float32 difference.
+translates the test set with both (the model's defaults: its beam and length penalty, e.g. beam 4 and 0.6 for the
+paper's, and up to source length + 50 tokens), and prints a markdown table of sacreBLEU BLEU / chrF (with signatures) and the int8 - float32 difference.
 With `--hf` our own `generate()` (via `vaswani-mt translate`'s core) is scored as well. Exit code 1 when int8 is more
 than `--tolerance` BLEU below float32.
 """
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import torch
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, GenerationConfig
 
     from vaswani_mt.inference.export import export_ctranslate2, translate_with_ctranslate2
     from vaswani_mt.metrics import corpus_scores
@@ -76,8 +76,9 @@ def main(argv=None) -> int:
         hypotheses = list(translate_lines(model, tokenizer, sources))
         rows.append(("ours (generate)", corpus_scores(hypotheses, references), time.perf_counter() - start))
 
+    decoding = GenerationConfig.from_pretrained(folder)
     print(f"model {folder}; test set {args.source} -> {args.reference}, {len(sources)} sentences; "
-          "beam 4, length penalty 0.6")
+          f"beam {decoding.num_beams}, length penalty {decoding.length_penalty}")
     print()
     print("| system | BLEU | chrF2 | seconds (incl. load) | sent/s |")
     print("|---|---|---|---|---|")

@@ -232,11 +232,12 @@ def test_the_cased_cpu_configs_cool_down_over_their_last_updates_and_the_protoco
         assert load_run_config("multi30k-en-de-lctok", quick=quick).training.cooldown_steps is None
 
 
-def test_the_multi30k_configs_decode_with_length_penalty_one_chosen_on_valid_and_the_wmt_config_keeps_the_papers():
+def test_the_multi30k_configs_decode_with_beam_5_alpha_1_and_the_wmt_config_with_the_papers_beam_4_alpha_0_6():
     from vaswani_mt.recipe.config import load_run_config
 
     for name in ("multi30k-en-de", "multi30k-de-en", "multi30k-en-de-lctok"):
         for quick in (False, True):
             t = load_run_config(name, quick=quick).training
             assert (t.num_beams, t.length_penalty, t.length_penalty_style) == (5, 1.0, "transformers"), name
-    assert load_run_config("wmt14-en-de-base").training.length_penalty == 0.6  # §6.1
+    t = load_run_config("wmt14-en-de-base").training
+    assert (t.num_beams, t.length_penalty, t.length_penalty_style) == (4, 0.6, "transformers")  # §6.1
