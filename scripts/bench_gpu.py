@@ -16,7 +16,8 @@ Decoding of a trained model (`--model`: a folder written by `vaswani-mt train`, 
 folder; with its tokenizer): the non-empty lines of `--input` (default Multi30k test2016.en beside the repository),
 the first `--limit`, sorted by token length (longest first) into batches of `--batch-size` sentences, decoded with the
 model's defaults (its length penalty, e.g. 0.6 for the paper's and 1.0 for the Multi30k configs; at most padded
-source length + 50 new tokens, passed explicitly so that Marian gets the same limit) greedy (`num_beams=1`) and beam 4, with the models cast to float32 and to bfloat16. Systems:
+source length + 50 new tokens, passed explicitly so that Marian gets the same limit) greedy (`num_beams=1`) and
+beam 4, with the models cast to float32 and to bfloat16. Systems:
 `ours` (generate() as shipped: the fast loops), `ours, transformers loop` (`use_fast_decoding = False`) and `marian`.
 After one warm-up call each, prints seconds and sentences/s (median over `--reps`), the ratio to Marian, and how many
 outputs (token ids) equal Marian's and those of transformers' loop; with `--model` the float32 ones must all be
@@ -359,8 +360,8 @@ def bench_decoding(args, setup, device: torch.device) -> Section:
         del models, systems, results
         release(device)
     caption = (f"Decoding, {environment(device)}; {description}; batches of {args.batch_size} sentences sorted by "
-               f"length, the model's defaults (length penalty {model.generation_config.length_penalty}, source length + 50), "
-               f"median of {args.reps}")
+               f"length, the model's defaults (length penalty {model.generation_config.length_penalty}, source "
+               f"length + 50), median of {args.reps}")
     return Section(rows, caption, disturbed, fp32_identical)
 
 

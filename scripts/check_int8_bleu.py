@@ -5,7 +5,8 @@
 
 Exports the model (a saved model folder, or a `vaswani-mt train` run folder: its `model/`) to CTranslate2 in float32 and int8,
 translates the test set with both (the model's defaults: its beam and length penalty, e.g. beam 4 and 0.6 for the
-paper's, and up to source length + 50 tokens), and prints a markdown table of sacreBLEU BLEU / chrF (with signatures) and the int8 - float32 difference.
+paper's, and up to source length + 50 tokens), and prints a markdown table of sacreBLEU BLEU / chrF (with
+signatures) and the int8 - float32 difference.
 With `--hf` our own `generate()` (via `vaswani-mt translate`'s core) is scored as well. Exit code 1 when int8 is more
 than `--tolerance` BLEU below float32.
 """

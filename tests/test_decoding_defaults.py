@@ -1,6 +1,6 @@
 """Models written by `vaswani-mt train` keep the run config's decoding (by default the paper's, §6.1: beam 4, length
-penalty 0.6), up to source length + 50 new tokens — no stray `max_length: 20` from the Trainer's evaluation — and a checkpoint's validation BLEU
-is the same during training and at model selection."""
+penalty 0.6), up to source length + 50 new tokens — no stray `max_length: 20` from the Trainer's evaluation — and a
+checkpoint's validation BLEU is the same during training and at model selection."""
 
 import json
 import os
