@@ -232,6 +232,19 @@ def test_the_cased_cpu_configs_cool_down_over_their_last_updates_and_the_protoco
         assert load_run_config("multi30k-en-de-lctok", quick=quick).training.cooldown_steps is None
 
 
+def test_the_cased_multi30k_configs_train_with_dropout_0_2_and_the_protocol_config_with_wu_et_als_0_3():
+    from vaswani_mt.model.configuration_vaswani import VaswaniConfig
+    from vaswani_mt.recipe.config import load_run_config
+
+    def dropout(name, quick):
+        config = load_run_config(name, quick=quick)
+        return VaswaniConfig.from_preset(config.model.preset, **config.model.config).dropout
+
+    for quick in (False, True):  # chosen on valid (README "Choosing the Multi30k recipe"); --quick trains the same model
+        assert (dropout("multi30k-en-de", quick), dropout("multi30k-de-en", quick)) == (0.2, 0.2)
+        assert dropout("multi30k-en-de-lctok", quick) == 0.3  # its own key, though it extends multi30k-en-de
+
+
 def test_the_multi30k_configs_decode_with_beam_5_alpha_1_and_the_wmt_config_with_the_papers_beam_4_alpha_0_6():
     from vaswani_mt.recipe.config import load_run_config
 
