@@ -8,7 +8,8 @@
                                                         # the multi30k configs' training step, as `train` runs it
 
 The "small" shape (d_model 256, 3+3 layers, 4 heads, FFN 1024, vocab 8000, dropout 0.1; `--shape mini`: d_model
-128, 4+4 layers, 4 heads, FFN 256, vocab 10000, dropout 0.3), 266 sentence pairs of 15
+128, 4+4 layers, 4 heads, FFN 256, vocab 10000, dropout 0.3 as the preset; the cased configs train with 0.2,
+which does not change a step's work), 266 sentence pairs of 15
 source and 15 target tokens (3990 target tokens per step, as in /work/shared/notes/benchmarks.md), torch with 2
 threads, fused Adam (betas 0.9/0.98, eps 1e-9) for both — transformers' Trainer's default optimizer is fused too.
 The Marian model is `vaswani_mt.model.convert.to_marian(ours)`. Each model uses its own loss (ours: token-level
