@@ -158,6 +158,20 @@ def test_the_shipped_de_en_config_is_the_en_de_one_with_the_languages_swapped():
     assert de_en == en_de
 
 
+def test_the_shipped_cpu_protocol_config_is_the_en_de_one_on_lowercased_tokenized_text():
+    from vaswani_mt.recipe.config import load_run_config
+
+    # README "The literature protocol on 2 CPU cores": the cased CPU recipe (dropout 0.2, 9,000 updates of 4,096
+    # tokens, cool-down) on multi30k-en-de-lctok's data; the measured run's config.yaml resolves to this one
+    en_de, cpu = load_run_config("multi30k-en-de").to_dict(), load_run_config("multi30k-en-de-lctok-cpu").to_dict()
+    assert (en_de["data"]["preprocess"], cpu["data"]["preprocess"]) == (None, "lowercase_moses")
+    assert (en_de["training"]["keep_checkpoints"], cpu["training"]["keep_checkpoints"]) == (5, 10)
+    for config in (en_de, cpu):
+        del config["data"]["preprocess"], config["training"]["keep_checkpoints"], config["output_dir"]
+        config["quick"].pop("output_dir")
+    assert cpu == en_de
+
+
 def test_a_config_extends_another_section_by_section_and_its_own_keys_win(tmp_path):
     from vaswani_mt.recipe.config import load_run_config
 
