@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,7 @@ def ddp_results(tmp_path_factory):
     except subprocess.TimeoutExpired:
         _stop_torchrun(process, out_dir)
         pytest.fail(f"torchrun did not finish in {DDP_TIMEOUT_SECONDS} s")
-    if process.returncode != 0:
+    if process.returncode != 0 and not _aborted_in_teardown_only(process.returncode, stderr, out_dir):
         pytest.fail(f"torchrun failed (exit {process.returncode}):\n{stdout[-3000:]}\n{stderr[-8000:]}")
     from safetensors.torch import load_file
 
@@ -81,6 +82,18 @@ def ddp_results(tmp_path_factory):
 
 
 # --- helpers ---------------------------------------------------------------------------------------------------------
+
+
+def _aborted_in_teardown_only(returncode: int, stderr: str, out_dir: Path) -> bool:
+    """Whether torchrun failed only because a worker aborted in torch's gloo threads at exit ("terminate called
+    without an active exception"), after both ranks had written all their results (each rank's JSON is written last,
+    after every check). ddp_checks.py closes the process group to avoid it; a leftover abort there says nothing about
+    the trainer, so it is reported as a warning. Any other failure, or missing results, fails the fixture."""
+    finished = all((out_dir / f"rank{rank}.json").is_file() for rank in (0, 1))
+    if finished and "terminate called without an active exception" in stderr:
+        warnings.warn(f"torchrun exited {returncode}: a worker aborted at exit, after writing all its results")
+        return True
+    return False
 
 
 def _stop_torchrun(process: subprocess.Popen, out_dir: Path) -> None:
@@ -161,6 +174,17 @@ def test_two_accumulated_micro_batches_of_b_equal_one_batch_of_2b(reference_run,
 
 
 # --- 2-4. two processes (one torchrun launch for all) ------------------------------------------------------------
+
+
+def test_the_ddp_fixture_forgives_only_an_abort_at_exit_after_both_ranks_wrote_their_results(tmp_path):
+    abort = "terminate called without an active exception\nfailed (exitcode: -6) local_rank: 1"
+    assert not _aborted_in_teardown_only(1, abort, tmp_path)  # no results: a crash during the checks
+    (tmp_path / "rank0.json").write_text("{}")
+    assert not _aborted_in_teardown_only(1, abort, tmp_path)  # rank 1 did not finish
+    (tmp_path / "rank1.json").write_text("{}")
+    assert not _aborted_in_teardown_only(1, "RuntimeError: gloo connection closed", tmp_path)  # another failure
+    with pytest.warns(UserWarning, match="aborted at exit, after writing all its results"):
+        assert _aborted_in_teardown_only(1, abort, tmp_path)
 
 
 @needs_distributed

@@ -14,6 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for `trainer_helpers`
 
+import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 from transformers import Seq2SeqTrainer  # noqa: E402
 
@@ -39,6 +40,12 @@ def main(out_dir: Path) -> None:
         result["evaluate"] = common.evaluate_rows(scratch)
         result["evaluate_stock"] = common.evaluate_rows(scratch, trainer_class=Seq2SeqTrainer)
     (out_dir / f"rank{rank}.json").write_text(json.dumps(result, indent=1))
+    # Leave together and close the process group, as `vaswani-mt train` does: a worker that exits with the group
+    # still open can abort in torch's gloo threads ("terminate called without an active exception", SIGABRT) and
+    # fail the whole torchrun after every check has passed.
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
