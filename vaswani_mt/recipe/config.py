@@ -68,7 +68,7 @@ class TokenizerConfig:
 
 @dataclass
 class ModelConfig:
-    preset: str = "small"  # base / big (Table 3), small, tiny
+    preset: str = "small"  # base / big (Table 3), small, mini (Wu et al. 2021), tiny
     config: dict = field(default_factory=dict)  # VaswaniConfig fields overriding the preset, e.g. {dropout: 0.3}
 
 
