@@ -8,7 +8,7 @@ vocab 8000), random weights, 64 source sentences of 15 tokens, exactly 40 new to
 </s> cannot end a hypothesis early), KV cache on, greedy and beam 4, torch with 2 threads. The Marian model is
 `vaswani_mt.model.convert.to_marian(ours)`: same function, same weights, and the script checks that both produce identical
 tokens. Rows:
-- `ours`: our `generate()` as shipped (the fast decoding loops of vaswani_mt/generation_vaswani.py);
+- `ours`: our `generate()` as shipped (the fast decoding loops of vaswani_mt/model/fast_decoding.py);
 - `ours, transformers loop`: the same model with `use_fast_decoding = False` (transformers' own loops);
 - `ct2-float32` / `ct2-int8`: the CTranslate2 export, run the way CTranslate2 recommends for throughput on 2 cores:
   2 translation workers of 1 thread each (`inter_threads=2, intra_threads=1`), batches of 32 sentences; and

@@ -111,3 +111,20 @@ def test_the_layers_the_test_knows_are_the_packages_folders():
     folders = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()}
     leaves = {path.stem for path in PACKAGE.glob("*.py") if path.name != "__init__.py"}
     assert folders | leaves == set(RANKS) - {""}
+
+
+SAVED_CODE = {"vaswani_mt.model.configuration_vaswani", "vaswani_mt.model.modeling_vaswani",
+              "vaswani_mt.model.pipeline_vaswani"}  # copied beside every saved model (ARCHITECTURE.md)
+
+
+def test_the_code_saved_beside_models_imports_only_itself_and_overrides_no_private_generation_method():
+    from transformers.generation.utils import GenerationMixin
+
+    for module in SAVED_CODE:
+        others = {name for name, _, _ in package_imports(module)} - SAVED_CODE
+        assert not others, f"{module} imports {others}: a saved folder would carry or miss them"
+        tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+        private = [f"{cls.name}.{item.name}" for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef)
+                   for item in cls.body if isinstance(item, ast.FunctionDef) and item.name.startswith("_")
+                   and not item.name.startswith("__") and hasattr(GenerationMixin, item.name)]
+        assert not private, f"{module} overrides transformers' private {private}: saved code must not"

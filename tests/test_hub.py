@@ -49,8 +49,7 @@ ALICE_READ_ONLY = "hf_fake_alice_read"
 BOB = "hf_fake_bob_write"
 REPO = "alice/vaswani-tiny-en-de"
 SOURCES = ["a dog runs in the park .", "the cat sleeps on a red sofa .", "Two children are playing in the snow."]
-MODEL_FILES = {"config.json", "configuration_vaswani.py", "generation_config.json", "generation_vaswani.py",
-               "model.safetensors", "modeling_vaswani.py", "pipeline_vaswani.py", "tokenizer.json",
+MODEL_FILES = {"config.json", "configuration_vaswani.py", "generation_config.json", "model.safetensors", "modeling_vaswani.py", "pipeline_vaswani.py", "tokenizer.json",
                "tokenizer_config.json"}
 CLIENT_TIMEOUT = 300
 
@@ -426,7 +425,7 @@ def cli_runs(hub, pushed, bobs_repo, tmp_path_factory):
     incomplete = root / "incomplete-run"
     shutil.copytree(pushed.run_dir, incomplete)
     for name in ("model/model.safetensors", "model/tokenizer.json", "model/tokenizer_config.json", "metrics.json",
-                 "model/generation_vaswani.py"):
+                 "model/configuration_vaswani.py"):
         (incomplete / name).unlink()
     cases = {name: {"token": token, "args": [str(pushed.run_dir), repo_id]}
              for name, (token, repo_id, _) in REFUSALS.items()}
@@ -460,7 +459,7 @@ def test_an_incomplete_run_folder_is_refused_naming_what_is_missing_before_any_r
     assert run["code"] == 2
     lines = run["stderr"].strip().splitlines()
     assert len(lines) == 1, run["stderr"]
-    for missing in ("model/model.safetensors", "model/tokenizer.json", "metrics.json", "model/generation_vaswani.py"):
+    for missing in ("model/model.safetensors", "model/tokenizer.json", "metrics.json", "model/configuration_vaswani.py"):
         assert missing in lines[0]
     assert "config.yaml" not in lines[0]  # present, so not named
     assert run["requests"] == 0  # refused before even checking the token

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
-from vaswani_mt.model.generation_vaswani import gnmt_length_penalty
+from vaswani_mt.model.fast_decoding import gnmt_length_penalty
 
 VOCAB, EOS, BOS, NEW_TOKENS = 6, 3, 2, 3
 # 36 beams hold every 2-token prefix over a 6-token vocabulary, so a 3-token beam search sees every hypothesis.
@@ -79,29 +79,25 @@ def test_an_unknown_length_penalty_style_is_refused_by_name():
         tiny_model(0).generate(torch.tensor([[4, EOS]]), num_beams=2, length_penalty_style="wu")
 
 
-def test_a_transformers_without_the_beam_helpers_warns_that_the_gnmt_penalty_is_not_applied(monkeypatch, caplog):
-    from transformers import GenerationConfig
+def test_a_transformers_without_the_beam_helpers_warns_that_the_gnmt_penalty_is_not_applied(monkeypatch, caplog,
+                                                                                            make_tiny_model):
     from transformers.generation.utils import GenerationMixin
 
-    import vaswani_mt.model.generation_vaswani as generation
+    import vaswani_mt.model.fast_decoding as generation
 
     monkeypatch.setattr(generation, "_warned", set())
     monkeypatch.delattr(GenerationMixin, "_check_early_stop_heuristic")
-    with caplog.at_level(logging.WARNING), generation.gnmt_penalty_for(
-            GenerationConfig(length_penalty_style="gnmt", length_penalty=1.0)):
+    with caplog.at_level(logging.WARNING), generation.gnmt_scoring(make_tiny_model(), "gnmt"):
         pass
     assert "GNMT length penalty cannot be applied" in caplog.text
 
 
 def test_a_beam_helper_called_with_other_arguments_runs_unchanged_with_a_warning(monkeypatch, caplog):
-    from transformers import GenerationConfig
-
-    import vaswani_mt.model.generation_vaswani as generation
+    import vaswani_mt.model.fast_decoding as generation
 
     monkeypatch.setattr(generation, "_warned", set())
     calls = []
-    with caplog.at_level(logging.WARNING), generation.gnmt_penalty_for(
-            GenerationConfig(length_penalty_style="gnmt", length_penalty=1.0)):
+    with caplog.at_level(logging.WARNING):
         generation.with_gnmt_penalty("_update_finished_beams", lambda **kw: calls.append(kw), (), {"scores": 1})
     assert calls == [{"scores": 1}] and "not written for" in caplog.text
 

@@ -1,13 +1,14 @@
 """VaswaniForConditionalGeneration behaves as a native Hugging Face seq2seq model."""
 
 import json
+import logging
 
 import pytest
 import torch
 from transformers import AutoModel, AutoModelForSeq2SeqLM, GenerationConfig
 
 from vaswani_mt import VaswaniForConditionalGeneration, VaswaniModel
-from vaswani_mt.model.modeling_vaswani import sinusoidal_table
+from vaswani_mt.model.modeling_vaswani import CACHE_FIELD, sinusoidal_table
 
 
 def _forward(model, batch, **kwargs):
@@ -66,9 +67,11 @@ def test_hidden_states_of_every_layer_are_returned(make_tiny_model, padded_batch
 
 @pytest.mark.parametrize("norm_style", ["post", "pre"])
 @pytest.mark.parametrize("num_beams", [1, 4])
+@pytest.mark.parametrize("fast", [True, False], ids=["vaswani_mt loops", "transformers loops"])
 def test_generate_gives_identical_output_with_and_without_the_cache(make_tiny_model, padded_batch, norm_style,
-                                                                    num_beams):
+                                                                    num_beams, fast):
     model = make_tiny_model(norm_style=norm_style)
+    model.use_fast_decoding = fast  # transformers' loops feed the model's own cache back into forward
     inputs = {k: padded_batch[k] for k in ("input_ids", "attention_mask")}
     cached = model.generate(**inputs, num_beams=num_beams, max_new_tokens=15, use_cache=True)
     uncached = model.generate(**inputs, num_beams=num_beams, max_new_tokens=15, use_cache=False)
@@ -122,8 +125,9 @@ def test_gradient_checkpointing_gives_the_same_gradients(make_tiny_model, padded
     model = make_tiny_model(dropout=0.0)
     model.train()
     plain = _gradients(model, [padded_batch], None)
-    model.gradient_checkpointing_enable()
-    assert model.is_gradient_checkpointing
+    # transformers 5.24 renamed gradient_checkpointing_enable (kept with a deprecation warning)
+    (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+    assert any(layer.gradient_checkpointing for layer in model.model.decoder.layers)
     checkpointed = _gradients(model, [padded_batch], None)
     assert torch.allclose(plain, checkpointed, atol=1e-6)
 
@@ -206,3 +210,69 @@ def test_generate_refuses_token_ids_outside_the_vocabulary_naming_the_id(make_ti
         model.generate(input_ids=too_large)
     with pytest.raises(ValueError, match="token id -1"):
         model.generate(input_ids=torch.tensor([[5, -1, 3]]))
+
+
+def _next_step(model, padded_batch, **cache):
+    """Logits of the second target position, fed one position at a time through a cache given as `cache`."""
+    inputs = {k: padded_batch[k] for k in ("input_ids", "attention_mask")}
+    start = torch.full((3, 1), model.config.decoder_start_token_id)
+    first = model(**inputs, decoder_input_ids=start, use_cache=True)
+    given = getattr(first, CACHE_FIELD)
+    return model(**inputs, decoder_input_ids=torch.full((3, 1), 5), use_cache=True,
+                 **{name: given for name in cache}), given
+
+
+@pytest.mark.parametrize("name", ["cache", "past_key_values"])
+def test_forward_takes_the_cache_under_either_name_and_returns_it_under_the_installed_one(make_tiny_model,
+                                                                                          padded_batch, name):
+    model = make_tiny_model()
+    inputs = {k: padded_batch[k] for k in ("input_ids", "attention_mask")}
+    full = model(**inputs, decoder_input_ids=torch.tensor([[model.config.decoder_start_token_id, 5]] * 3))
+    step, _ = _next_step(model, padded_batch, **{name: True})
+    assert torch.allclose(step.logits[:, -1], full.logits[:, -1], atol=1e-5)
+    assert getattr(step, CACHE_FIELD).get_seq_length() == 2
+    assert CACHE_FIELD in step.keys()  # set under the installed field: no deprecation shim renames it
+
+
+def test_two_different_caches_under_both_names_are_refused(make_tiny_model, padded_batch):
+    model = make_tiny_model()
+    _, given = _next_step(model, padded_batch, cache=True)
+    _, other = _next_step(model, padded_batch, cache=True)
+    with pytest.raises(ValueError, match="not both"):
+        model(**{k: padded_batch[k] for k in ("input_ids", "attention_mask")}, decoder_input_ids=torch.full((3, 1), 5),
+              cache=given, past_key_values=other)
+
+
+def test_the_trainer_ignores_the_cache_under_both_names_at_evaluation(make_tiny_model):
+    assert {"cache", "past_key_values"} <= set(make_tiny_model().config.keys_to_ignore_at_inference)
+
+
+def test_checkpointed_decoder_layers_train_without_the_cache_whatever_its_name(make_tiny_model, padded_batch,
+                                                                               monkeypatch):
+    from vaswani_mt.model.modeling_vaswani import VaswaniAttention
+
+    model = make_tiny_model(dropout=0.0).train()
+    (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+    seen, forward = [], VaswaniAttention.forward
+
+    def spy(self, *args, cache=None, **kwargs):
+        seen.append(cache)
+        return forward(self, *args, cache=cache, **kwargs)
+    monkeypatch.setattr(VaswaniAttention, "forward", spy)
+    inputs = {k: padded_batch[k] for k in ("input_ids", "attention_mask")}
+    model(**inputs, decoder_input_ids=torch.full((3, 4), 5), use_cache=True).logits.sum().backward()
+    assert seen and all(cache is None for cache in seen)  # transformers clears it under the name it knows
+
+
+def test_without_the_package_loops_a_gnmt_call_says_once_that_the_package_applies_the_gnmt_penalty(
+        make_tiny_model, padded_batch, monkeypatch, caplog):
+    import vaswani_mt.model.modeling_vaswani as modeling
+
+    monkeypatch.setattr(modeling, "_warned", set())
+    model = make_tiny_model()
+    model.decoding_loops = None  # as in a folder loaded as remote code
+    inputs = {k: padded_batch[k] for k in ("input_ids", "attention_mask")}
+    with caplog.at_level(logging.WARNING, logger=modeling.__name__):
+        for _ in range(2):
+            model.generate(**inputs, num_beams=4, max_new_tokens=5, length_penalty_style="gnmt")
+    assert caplog.text.count("length_penalty_style='gnmt' is applied by the vaswani_mt package") == 1

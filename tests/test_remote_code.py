@@ -1,13 +1,10 @@
 """A saved checkpoint carries its code: stock transformers loads it where vaswani_mt is not installed."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import torch
-from stock_transformers import WITHOUT_VASWANI_MT
+from stock_transformers import WITHOUT_VASWANI_MT, run_without_vaswani_mt
 
 # Runs in a fresh interpreter in which `import vaswani_mt` fails, as on a machine without the package.
 LOAD_AND_GENERATE = WITHOUT_VASWANI_MT + textwrap.dedent("""
@@ -20,14 +17,6 @@ LOAD_AND_GENERATE = WITHOUT_VASWANI_MT + textwrap.dedent("""
     out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12)
     print(json.dumps({"class": type(model).__module__ + "." + type(model).__name__, "output": out.tolist()}))
 """)
-
-
-def run_without_vaswani_mt(script: str, *args: str, home) -> dict:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(home), "HF_MODULES_CACHE": str(home / "modules")}
-    result = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def test_fresh_process_without_vaswani_mt_loads_with_trust_remote_code_and_generates_the_same(

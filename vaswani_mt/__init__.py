@@ -1,8 +1,9 @@
 """vaswani_mt: the "Attention Is All You Need" Transformer (Vaswani et al. 2017) as a native Hugging Face model.
 
 Importing the package registers the model with transformers' Auto classes, so that
-`AutoConfig`, `AutoModel` and `AutoModelForSeq2SeqLM` resolve `model_type="vaswani"`, brings back the "translation"
-pipeline task, and plugs the model card into `VaswaniTrainer`'s Hub pushes. The layers are in ARCHITECTURE.md.
+`AutoConfig`, `AutoModel` and `AutoModelForSeq2SeqLM` resolve `model_type="vaswani"`, plugs the fast decoding loops
+into the model's generate(), brings back the "translation" pipeline task, and plugs the model card into
+`VaswaniTrainer`'s Hub pushes. The layers are in ARCHITECTURE.md.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
@@ -12,6 +13,7 @@ from .data.corpus import CleaningOptions, CleaningReport, DataError, load_parall
 from .data.tokenization import normalize_text, train_tokenizer
 from .metrics import corpus_scores, load_metric, moses_tokenized_bleu
 from .model.configuration_vaswani import PRESETS, VaswaniConfig
+from .model.fast_decoding import FAST_DECODING
 from .model.modeling_vaswani import VaswaniForConditionalGeneration, VaswaniModel, VaswaniPreTrainedModel
 from .model.pipeline_vaswani import TranslationPipeline, register_translation_pipeline, save_for_pipeline
 from .publishing.model_card import trainer_model_card
@@ -31,6 +33,9 @@ AutoModelForSeq2SeqLM.register(VaswaniConfig, VaswaniForConditionalGeneration, e
 VaswaniConfig.register_for_auto_class()
 VaswaniModel.register_for_auto_class("AutoModel")
 VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+# generate() of the package's model decodes with vaswani_mt's faster loops (same output as transformers' loops); the
+# code saved beside a model does not carry them, so a folder loaded as remote code decodes with transformers' loops.
+VaswaniForConditionalGeneration.decoding_loops = FAST_DECODING
 # transformers 5 removed the "translation" task; bring it back, served by our TranslationPipeline.
 register_translation_pipeline()
 # VaswaniTrainer(push_to_hub=True) uploads vaswani_mt's model card: the publishing layer plugs it into the recipe's

@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "average": ("vaswani_mt.cli.average", "main", "average the weights of several checkpoints (§6.1)"),
     "plot-schedule": ("vaswani_mt.cli.plot_schedule", "main", "draw Noam learning-rate curves (§5.3)"),
     "push": ("vaswani_mt.cli.push", "main", "push a trained run to the Hugging Face Hub with its model card"),
+    "upgrade": ("vaswani_mt.cli.upgrade", "main", "bring the model code saved beside models up to date"),
 }
 
 

@@ -21,7 +21,7 @@ from ..files import describe_os_error, writing
 from ..inference.engines import load_translator, target_preprocessing
 from ..inference.translate import DEFAULT_MAX_TOKENS, DEFAULT_SORT_WINDOW, TranslateError, read_lines
 from ..metrics import corpus_scores, tokenized_bleu
-from ..model.generation_vaswani import LENGTH_PENALTY_STYLES
+from ..model.modeling_vaswani import LENGTH_PENALTY_STYLES
 
 
 def _open_input(path: str | None) -> tuple[BinaryIO, str]:

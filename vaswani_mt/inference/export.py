@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from ..model.generation_vaswani import checked_length_penalty_style, length_penalty_style
+from ..model.modeling_vaswani import checked_length_penalty_style, length_penalty_style
 from ..model.pipeline_vaswani import text_preprocessing
 from ..model.modeling_vaswani import OUTPUT_LENGTH_MARGIN
 from .translate import TranslateError, decoded_lines, fitting_new_tokens, load_model_and_tokenizer, translate_stream

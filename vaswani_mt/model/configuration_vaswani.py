@@ -149,7 +149,7 @@ class VaswaniConfig(PreTrainedConfig):
     """
 
     model_type: ClassVar[str] = "vaswani"
-    keys_to_ignore_at_inference: ClassVar[list[str]] = ["past_key_values"]
+    keys_to_ignore_at_inference: ClassVar[list[str]] = ["cache", "past_key_values"]
     attribute_map: ClassVar[dict[str, str]] = {
         "hidden_size": "d_model",
         "num_attention_heads": "encoder_attention_heads",

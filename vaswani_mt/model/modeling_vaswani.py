@@ -3,12 +3,15 @@
 Classes are stacked bottom-up: positions -> attention -> feed-forward -> layers -> encoder/decoder stacks ->
 `VaswaniModel` -> `VaswaniForConditionalGeneration`. Section numbers (§) refer to the paper.
 
-This file imports nothing from vaswani_mt but its configuration and fast decoding loops (relatively), so that
-`save_pretrained` can copy them next to the weights and stock transformers can load the checkpoint with
-`trust_remote_code=True`.
+This file is copied beside every saved model, and stock transformers runs it with `trust_remote_code=True` wherever
+vaswani_mt is not installed, on transformers releases newer than the one that saved it. So it imports nothing from
+vaswani_mt but its configuration (relatively) and uses only transformers' public modeling contract; vaswani_mt's
+faster decoding loops plug in from the installed package (`VaswaniForConditionalGeneration.decoding_loops`).
 """
 
 
+import dataclasses
+import logging
 import math
 from collections.abc import Callable
 
@@ -21,18 +24,38 @@ from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import (BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions, Seq2SeqLMOutput,
-                                           Seq2SeqModelOutput)
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani import VaswaniConfig
-from .generation_vaswani import (checked_length_penalty_style, decode_or_fall_back, length_penalty_style,
-                                 length_penalty_style_of_call, warn_if_loops_unreachable, with_gnmt_penalty)
 
+logger = logging.getLogger(__name__)
 
 # §6.1: "We set the maximum output length during inference to input length + 50".
 OUTPUT_LENGTH_MARGIN = 50
+
+# transformers 5.24 renamed the decoder cache `past_key_values` -> `cache`: in the arguments generate() passes to
+# `forward`, and in the fields of its output classes. Every forward here takes either name (`one_cache`); outputs carry
+# it under the field the installed output classes declare, so no deprecation shim runs.
+CACHE_FIELD = "cache" if "cache" in {f.name for f in dataclasses.fields(Seq2SeqLMOutput)} else "past_key_values"
+
+
+def one_cache(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
+    """The cache passed under either name (`cache` since transformers 5.24, `past_key_values` before)."""
+    if cache is not None and past_key_values is not None and cache is not past_key_values:
+        raise ValueError("pass the decoder cache once, as `cache` or as `past_key_values`, not both")
+    return cache if cache is not None else past_key_values
+
+
+def with_cache(output_class, cache: Cache | None, **fields):
+    """An output of `output_class` carrying `cache` under the installed field name."""
+    return output_class(**fields, **{CACHE_FIELD: cache})
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -146,21 +169,21 @@ class VaswaniAttention(nn.Module):
         """[batch, seq, d_model] -> [batch, heads, seq, head_dim]"""
         return x.view(*x.shape[:-1], -1, self.head_dim).transpose(1, 2)
 
-    def _keys_values(self, hidden_states, key_value_states, past_key_values):
+    def _keys_values(self, hidden_states, key_value_states, cache: EncoderDecoderCache | None):
         """Project keys/values, reading and updating the decoder cache. Cross-attention keys/values depend only on
         the encoder output, so they are computed once per generation and reused."""
         is_cross = key_value_states is not None
-        cache = None
-        if past_key_values is not None:
-            cache = past_key_values.cross_attention_cache if is_cross else past_key_values.self_attention_cache
-            if is_cross and past_key_values.is_updated.get(self.layer_idx):
-                return cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
+        own = None
+        if cache is not None:
+            own = cache.cross_attention_cache if is_cross else cache.self_attention_cache
+            if is_cross and cache.is_updated.get(self.layer_idx):
+                return own.layers[self.layer_idx].keys, own.layers[self.layer_idx].values
         source = key_value_states if is_cross else hidden_states
         keys, values = self._heads(self.k_proj(source)), self._heads(self.v_proj(source))
-        if cache is not None:
-            keys, values = cache.update(keys, values, self.layer_idx)
+        if own is not None:
+            keys, values = own.update(keys, values, self.layer_idx)
             if is_cross:
-                past_key_values.is_updated[self.layer_idx] = True
+                cache.is_updated[self.layer_idx] = True
         return keys, values
 
     def forward(
@@ -168,11 +191,11 @@ class VaswaniAttention(nn.Module):
         hidden_states: torch.Tensor,
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         query = self._heads(self.q_proj(hidden_states))
-        keys, values = self._keys_values(hidden_states, key_value_states, past_key_values)
+        keys, values = self._keys_values(hidden_states, key_value_states, cache)
         # transformers' modeling contract: the implementation chosen at load time (sdpa by default, eager, ...); a
         # config without it (not built by transformers) gets eager attention, the paper's formula as written.
         implementation = getattr(self.config, "_attn_implementation", None) or "eager"
@@ -259,14 +282,17 @@ class VaswaniDecoderLayer(VaswaniLayer):
         attention_mask: torch.Tensor | None,
         encoder_hidden_states: torch.Tensor,
         encoder_attention_mask: torch.Tensor | None = None,
+        cache: EncoderDecoderCache | None = None,
         past_key_values: EncoderDecoderCache | None = None,
         **kwargs,
     ) -> torch.Tensor:
+        # The cache comes under the installed transformers' name, which its gradient checkpointing clears.
+        cache = one_cache(cache, past_key_values)
         self_attend = lambda x: self.self_attn(  # noqa: E731
-            x, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs)[0]
+            x, attention_mask=attention_mask, cache=cache, **kwargs)[0]
         cross_attend = lambda x: self.encoder_attn(  # noqa: E731
-            x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask,
-            past_key_values=past_key_values, **kwargs)[0]
+            x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache,
+            **kwargs)[0]
         hidden_states = self.residual(hidden_states, self.self_attn_layer_norm, self_attend)
         hidden_states = self.residual(hidden_states, self.encoder_attn_layer_norm, cross_attend)
         return self.residual(hidden_states, self.final_layer_norm, self.ffn)
@@ -387,21 +413,23 @@ class VaswaniDecoder(VaswaniStack):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
+        cache = one_cache(cache, past_key_values)
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         if not use_cache:
-            past_key_values = None
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+            cache = None
+        past_length = cache.get_seq_length() if cache is not None else 0
         hidden_states = self.embed(input_ids, inputs_embeds, offset=past_length)
+        # the cache goes in the 4th place, whose name is `past_key_values` before transformers 5.24 and `cache` since
         causal_mask = create_causal_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask,
-            past_key_values=past_key_values.self_attention_cache if past_key_values is not None else None,
+            self.config, hidden_states, attention_mask, cache.self_attention_cache if cache is not None else None
         )
         cross_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
@@ -410,11 +438,10 @@ class VaswaniDecoder(VaswaniStack):
         for layer in self.layers:
             hidden_states = layer(
                 hidden_states, causal_mask, encoder_hidden_states,  # positional: gradient checkpointing needs it
-                encoder_attention_mask=cross_mask, past_key_values=past_key_values, **kwargs,
+                encoder_attention_mask=cross_mask, **{CACHE_FIELD: cache}, **kwargs,
             )
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=self.final_norm(hidden_states), past_key_values=past_key_values
-        )
+        return with_cache(BaseModelOutputWithPastAndCrossAttentions, cache,
+                          last_hidden_state=self.final_norm(hidden_states))
 
 
 class VaswaniModel(VaswaniPreTrainedModel):
@@ -457,10 +484,11 @@ class VaswaniModel(VaswaniPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        past_key_values: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput:
         if encoder_outputs is None:
@@ -472,11 +500,11 @@ class VaswaniModel(VaswaniPreTrainedModel):
         decoder_outputs = self.decoder(
             input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state, encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values, inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs,
+            cache=one_cache(cache, past_key_values), inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs,
         )
-        return Seq2SeqModelOutput(
+        return with_cache(
+            Seq2SeqModelOutput, getattr(decoder_outputs, CACHE_FIELD),
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -581,6 +609,24 @@ def label_smoothed_cross_entropy(
     return loss_sum, nll_sum, num_tokens
 
 
+# How a finished hypothesis is scored (generation_config.length_penalty_style, alpha = length_penalty): "transformers"
+# divides log P(Y|X) by |Y| ** alpha; "gnmt" by GNMT's ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14), as §6.1 does.
+LENGTH_PENALTY_STYLES = ("transformers", "gnmt")
+_warned: set[str] = set()
+
+
+def length_penalty_style(generation_config) -> str:
+    """The config's `length_penalty_style` ("transformers" when unset); ValueError for an unknown one."""
+    return checked_length_penalty_style(getattr(generation_config, "length_penalty_style", None))
+
+
+def checked_length_penalty_style(style: str | None) -> str:
+    style = style or "transformers"
+    if style not in LENGTH_PENALTY_STYLES:
+        raise ValueError(f"length_penalty_style must be one of {LENGTH_PENALTY_STYLES}, got {style!r}")
+    return style
+
+
 class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     """The translation model: `VaswaniModel` plus the pre-softmax linear projection (§3.4), a loss and
     `generate()`.
@@ -591,8 +637,10 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     """
 
     _keys_to_ignore_on_load_missing = [r"final_logits_bias", r"embed_tokens\.weight"]
-    # generate() decodes greedy and beam search with the loops of generation_vaswani.py (same output as
-    # transformers' loops, faster); set False on a model to run transformers' own loops.
+    # The installed vaswani_mt puts its decoding loops here (`vaswani_mt.model.fast_decoding`): the same output as
+    # transformers' loops, faster, and GNMT's length penalty. A folder loaded as remote code keeps None: transformers'
+    # own loops decode. `use_fast_decoding = False` on a model hands every call to transformers' loops.
+    decoding_loops = None
     use_fast_decoding = True
 
     def __init__(self, config: VaswaniConfig):
@@ -630,7 +678,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         source length + 50 new tokens (never more than `max_position_embeddings`), per batch from the padded
         source length. An explicit `max_length` / `max_new_tokens` (argument or generation config) wins.
         `length_penalty_style="gnmt"` (argument or generation config) scores beams with GNMT's length penalty, the
-        one §6.1 uses, instead of transformers' length ** length_penalty."""
+        one §6.1 uses, instead of transformers' length ** length_penalty (with the vaswani_mt package installed)."""
         gen_config = generation_config if generation_config is not None else self.generation_config
         style = kwargs.pop("length_penalty_style", None)  # a setting transformers does not know: kept out of its way
         style = checked_length_penalty_style(style) if style is not None else length_penalty_style(gen_config)
@@ -641,9 +689,14 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             check_token_ids(source, self.config.vocab_size)
         if all(limit is None for limit in limits) and source is not None:
             kwargs["max_new_tokens"] = min(source.shape[-1] + OUTPUT_LENGTH_MARGIN, self.config.max_position_embeddings)
-        warn_if_loops_unreachable()
-        with length_penalty_style_of_call(style):
-            return super().generate(inputs, generation_config=generation_config, **kwargs)
+        if self.decoding_loops is not None:
+            return self.decoding_loops.generate(self, super().generate, inputs, generation_config, style, kwargs)
+        if style == "gnmt" and "gnmt" not in _warned:
+            _warned.add("gnmt")
+            logger.warning("vaswani_mt: length_penalty_style='gnmt' is applied by the vaswani_mt package (pip install "
+                           "vaswani-mt; load the model without trust_remote_code); here beams are scored with "
+                           "transformers' length ** length_penalty")
+        return super().generate(inputs, generation_config=generation_config, **kwargs)
 
     def save_pretrained(self, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, keeping `generation_config.length_penalty_style`: transformers drops the
@@ -651,20 +704,6 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         if getattr(self.generation_config, "length_penalty_style", None) is not None:
             self.generation_config._from_model_config = False
         return super().save_pretrained(*args, **kwargs)
-
-    # transformers' generate() calls these (private) loops; ours run instead when they can, with the same result.
-    def _sample(self, *args, **kwargs):
-        return decode_or_fall_back(self, "greedy", super()._sample, args, kwargs)
-
-    def _beam_search(self, *args, **kwargs):
-        return decode_or_fall_back(self, "beam", super()._beam_search, args, kwargs)
-
-    # transformers' beam helpers, called by both beam loops: with length_penalty_style="gnmt", GNMT's penalty (§6.1).
-    def _update_finished_beams(self, *args, **kwargs):
-        return with_gnmt_penalty("_update_finished_beams", super()._update_finished_beams, args, kwargs)
-
-    def _check_early_stop_heuristic(self, *args, **kwargs):
-        return with_gnmt_penalty("_check_early_stop_heuristic", super()._check_early_stop_heuristic, args, kwargs)
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
@@ -690,12 +729,13 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
         if labels is not None:
@@ -705,17 +745,17 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         outputs = self.model(
             input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values, inputs_embeds=inputs_embeds,
+            cache=one_cache(cache, past_key_values), inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs,
         )
         logits = self.lm_head(outputs.last_hidden_state)
         if self.final_logits_bias is not None:
             logits = logits + self.final_logits_bias
         loss = None if labels is None else self.token_loss(logits, labels, num_items_in_batch)
-        return Seq2SeqLMOutput(
+        return with_cache(
+            Seq2SeqLMOutput, getattr(outputs, CACHE_FIELD),
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
@@ -749,4 +789,6 @@ __all__ = [
     "shift_tokens_right",
     "label_smoothed_cross_entropy",
     "check_loss_arguments",
+    "CACHE_FIELD",
+    "LENGTH_PENALTY_STYLES",
 ]

@@ -4,7 +4,7 @@
 
 What is uploaded, in one commit: the files of ``RUN_DIR/model/`` (weights, config.json with ``auto_map`` and
 ``custom_pipelines``, generation config, tokenizer, ``modeling_vaswani.py``, ``configuration_vaswani.py``,
-``generation_vaswani.py``, ``pipeline_vaswani.py``) and ``README.md``, the card rendered from the run (:mod:`vaswani_mt.publishing.model_card`).
+``pipeline_vaswani.py``) and ``README.md``, the card rendered from the run (:mod:`vaswani_mt.publishing.model_card`).
 Nothing else of the run folder (no checkpoints, logs or optimizer states). Afterwards, with stock transformers and
 without vaswani_mt::
 
@@ -76,7 +76,7 @@ def check_run_folder(run_dir) -> Path:
             if not (model_dir / name).is_file():
                 missing.append(f"{MODEL_DIR}/{name} (the model code)")
         modeling = model_dir / CODE_FILES[0]
-        if modeling.is_file():  # and the modules it imports (newer checkpoints: generation_vaswani.py)
+        if modeling.is_file():  # and the modules it imports (older checkpoints: generation_vaswani.py)
             for module in re.findall(r"^from \.(\w+) import", modeling.read_text(encoding="utf-8"), re.M):
                 if not (model_dir / f"{module}.py").is_file():
                     missing.append(f"{MODEL_DIR}/{module}.py (imported by the model code)")

@@ -19,7 +19,7 @@ import yaml
 from ..data.corpus import is_hub_dataset_id
 from ..data.tokenization import NUM_BYTE_TOKENS, SPECIAL_TOKENS
 from ..model.configuration_vaswani import PREPROCESSING, PRESETS, VaswaniConfig
-from ..model.generation_vaswani import LENGTH_PENALTY_STYLES
+from ..model.modeling_vaswani import LENGTH_PENALTY_STYLES
 
 SHIPPED_CONFIGS = Path(__file__).parent.parent / "configs"
 

@@ -1,9 +1,13 @@
-"""Fast decoding loops for `VaswaniForConditionalGeneration`: greedy search and beam search that return exactly
-what transformers' `GenerationMixin._sample` / `_beam_search` return, with less work per step.
+"""vaswani_mt's decoding loops for `VaswaniForConditionalGeneration`: greedy search and beam search that return
+exactly what transformers' own loops return, with less work per step; and GNMT's length penalty (§6.1).
 
-`generate()` itself stays transformers' (argument handling, lengths, logits processors, stopping criteria, encoder
-run, beam expansion); only the decoding loop that it dispatches to is replaced, and only when nothing it does not
-cover is asked for (see `fast_decoding_blocker`) — otherwise transformers' loop runs unchanged.
+This module belongs to the installed package only: it is never copied beside a saved model. `vaswani_mt/__init__.py`
+puts `FAST_DECODING` into `VaswaniForConditionalGeneration.decoding_loops`; a folder loaded as remote code (without
+the package, or with `trust_remote_code=True`) decodes with transformers' loops alone, so what was saved keeps
+decoding right on transformers releases newer than itself. Here the loops reach transformers through its public
+`generate(custom_generate=<callable>)`: generate() still does all the preparation (arguments, lengths, logits
+processors, stopping criteria, the encoder run, beam expansion) and calls our loop instead of its own, only when
+nothing the loop does not cover is asked for (`call_blocker`, `fast_decoding_blocker`).
 
 Where the time goes in transformers' loop on a small model (d_model 256, 64 sentences x beam 4) and what replaces it:
 - the encoder-decoder keys/values are stored once per beam and re-gathered every step (`reorder_cache`), although
@@ -24,12 +28,11 @@ Where the time goes in transformers' loop on a small model (d_model 256, 64 sent
   processor or stopping criterion other than min/max length and EOS is in use.
 The beam bookkeeping (top-k continuations, finished hypotheses, the early-stop heuristic) calls transformers' own
 helpers, so scores, ties and stopping are theirs.
-
-This file imports nothing from vaswani_mt (it ships next to the weights for `trust_remote_code`).
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import math
@@ -38,8 +41,8 @@ from contextvars import ContextVar
 
 import torch
 import torch.nn.functional as F
+import transformers
 from torch import nn
-from transformers.generation.configuration_utils import GenerationConfig
 from transformers.generation.logits_process import (
     LogitsProcessorList,
     MinLengthLogitsProcessor,
@@ -48,20 +51,25 @@ from transformers.generation.logits_process import (
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
 from transformers.generation.utils import GenerationMixin
 
+from .configuration_vaswani import VaswaniConfig
+from .modeling_vaswani import VaswaniForConditionalGeneration
+
 logger = logging.getLogger(__name__)
 
-# transformers' private names these loops rely on — no public API lets a model replace a decoding loop or reuse the
-# beam bookkeeping — and what happens when one is missing or changed:
-# * `GenerationMixin._sample` / `_beam_search`: the model overrides them (`decode_or_fall_back`). A call whose
-#   arguments do not bind to the signatures below goes to transformers' loop unchanged; if transformers no longer
-#   has the names, generate() never calls the overrides and runs its own loops (`warn_if_loops_unreachable` says so).
+# transformers' private names the loops rely on — no public API lets a loop reuse the beam bookkeeping — and what
+# happens when one is missing or changed:
 # * the beam bookkeeping helpers in `BEAM_HELPERS`, called by `beam_search`: checked (present, these parameters)
 #   before each fast beam search; on a mismatch, transformers' beam search runs.
 # * `generation_config._pad_token_tensor` / `._eos_token_tensor`, set by generate() before the loop: checked per call.
+# * `GenerationMixin._sample` / `_beam_search`: called only when generate() hands our loop a call it cannot run
+#   after all (`fast_decoding_blocker`), so that transformers' loop runs it.
 # * torch's private MKL ops behind `DecodeLinear` (torch.ops.mkl._mkl_*): checked once per process against
 #   `F.linear`; plain products otherwise.
-# Each fallback logs one warning per reason; tests/test_transformers_compat.py removes or changes every name and
-# checks that generate() then returns transformers' own result.
+# Signatures are not enough (transformers 5.24 kept them and changed what `_get_top_k_continuations` does), so before
+# the first fast decoding of a process, `loops_agree_with_transformers` decodes a small model both ways and compares
+# the tokens; on any difference transformers' loops decode for the rest of the process. Each fallback logs one
+# warning per reason; tests/test_transformers_compat.py removes or changes every name and checks that generate()
+# then returns transformers' own result.
 BEAM_HELPERS = {
     "_gather_beams": ("tensor", "beam_indices"),
     "_get_running_beams_for_next_iteration": ("topk_log_probs", "topk_running_sequences", "topk_running_beam_indices",
@@ -77,49 +85,147 @@ BEAM_HELPERS = {
                                               "next_token_hits_stopping_criteria", "early_stopping"),
 }
 _GENERATION_CONFIG_TENSORS = {"greedy": ("_pad_token_tensor",), "beam": ("_pad_token_tensor", "_eos_token_tensor")}
+_TRANSFORMERS_LOOPS = {"greedy": "_sample", "beam": "_beam_search"}
 _warned: set[str] = set()
 
 
-def _sample_arguments(input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
-                      streamer=None, **model_kwargs):
-    """The signature of `GenerationMixin._sample` the greedy loop was written for (transformers 5.17-5.23)."""
+class FastDecoding:
+    """What the installed package puts into `VaswaniForConditionalGeneration.decoding_loops`: one generate() call,
+    decoded by our loop when it can (else by transformers'), scored with the call's length penalty style."""
+
+    def generate(self, model: nn.Module, transformers_generate, inputs, generation_config, style: str, kwargs: dict):
+        config = generation_config if generation_config is not None else model.generation_config
+        with gnmt_scoring(model, style):
+            loop = self.loop_for(model, config, kwargs)
+            if loop is not None:
+                kwargs = {**kwargs, "custom_generate": loop}
+            return transformers_generate(inputs, generation_config=generation_config, **kwargs)
+
+    @staticmethod
+    def loop_for(model: nn.Module, generation_config, kwargs: dict):
+        """Our loop for this generate() call (a `custom_generate` callable), or None for transformers' own."""
+        effective = copy.deepcopy(generation_config)
+        model_kwargs = effective.update(**kwargs)  # generation settings go into the config; the rest is returned
+        loop, reason = call_blocker(model, effective, model_kwargs)
+        if reason is not None or not loops_agree_with_transformers():
+            return None
+        streamer = model_kwargs.get("streamer")  # generate() does not pass it on to a custom loop
+
+        def vaswani_mt_decoding_loop(model, input_ids, logits_processor, stopping_criteria, generation_config,
+                                     **model_kwargs):
+            return run_loop(model, loop, input_ids, logits_processor, stopping_criteria, generation_config, streamer,
+                            model_kwargs)
+        return vaswani_mt_decoding_loop
 
 
-def _beam_search_arguments(input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
-                           **model_kwargs):
-    """The signature of `GenerationMixin._beam_search` the beam loop was written for (transformers 5.17-5.23)."""
+FAST_DECODING = FastDecoding()
+
+# Settings of a generate() call that our loops run themselves or that generate() handles before the loop (anything
+# else — decoder_input_ids, inputs_embeds, prefix_allowed_tokens_fn, ... — goes to transformers' loop).
+_KNOWN_CALL_ARGUMENTS = {"input_ids", "attention_mask", "encoder_outputs", "labels", "use_cache", "logits_processor",
+                         "stopping_criteria", "streamer", "synced_gpus"}
+# Generation settings whose effect lives outside the decoding loop or is reproduced here; any other output option
+# sends generate() to transformers' loop.
+_OUTPUT_OPTIONS = ("return_dict_in_generate", "output_scores", "output_logits", "output_attentions",
+                   "output_hidden_states")
 
 
-_LOOP_SIGNATURES = {"greedy": inspect.signature(_sample_arguments), "beam": inspect.signature(_beam_search_arguments)}
+def call_blocker(model: nn.Module, generation_config, call_kwargs: dict) -> tuple[str | None, str | None]:
+    """(loop, reason): which of our loops ("greedy" / "beam") could decode a generate() call with this (effective)
+    generation config and these non-generation arguments, and why it cannot (None when it can)."""
+    loop = {"greedy_search": "greedy", "beam_search": "beam"}.get(
+        getattr(generation_config.get_generation_mode(call_kwargs.get("assistant_model")), "value", None))
+    if not getattr(model, "use_fast_decoding", True):
+        return loop, "use_fast_decoding is off"
+    if loop is None:
+        return None, "sampling" if generation_config.do_sample else "a generation mode without a fast loop"
+    if model.training:
+        return loop, "model in training mode (dropout)"
+    if call_kwargs.get("synced_gpus"):
+        return loop, "synced_gpus"
+    if not generation_config.use_cache:
+        return loop, "use_cache=False"
+    for option in _OUTPUT_OPTIONS:
+        if getattr(generation_config, option, False):
+            return loop, option
+    unknown = {k for k, v in call_kwargs.items() if v is not None} - _KNOWN_CALL_ARGUMENTS
+    if unknown:
+        return loop, f"arguments {sorted(unknown)}"
+    return loop, None
 
 
-def decode_or_fall_back(model: nn.Module, loop: str, transformers_loop, args: tuple, kwargs: dict):
-    """One call of transformers' `_sample` ("greedy") or `_beam_search` ("beam"): the fast loop when it can run
-    this call (`fast_decoding_blocker`), else `transformers_loop(*args, **kwargs)` unchanged — also when the call's
-    arguments are not those of the signature the fast loop was written for. Beam search, either loop, applies the
-    call's `length_penalty_style`."""
-    if loop == "beam":
-        config = next((value for value in (*args, *kwargs.values()) if isinstance(value, GenerationConfig)), None)
-        with gnmt_penalty_for(config):
-            return _decode_or_fall_back(model, loop, transformers_loop, args, kwargs)
-    return _decode_or_fall_back(model, loop, transformers_loop, args, kwargs)
+def run_loop(model, loop: str, input_ids, logits_processor, stopping_criteria, generation_config, streamer,
+             model_kwargs: dict):
+    """Our `loop` for a call generate() prepared, or transformers' loop when the prepared call holds what ours does
+    not cover after all (a transformers that prepares calls differently)."""
+    model_kwargs.pop("synced_gpus", None)
+    reason = fast_decoding_blocker(model, input_ids, generation_config, model_kwargs, loop=loop)
+    if reason is None:
+        if loop == "greedy":
+            return greedy_search(model, input_ids, logits_processor, stopping_criteria, generation_config,
+                                 streamer=streamer, **model_kwargs)
+        return beam_search(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs)
+    transformers_loop = getattr(GenerationMixin, _TRANSFORMERS_LOOPS[loop], None)
+    if transformers_loop is None:
+        raise RuntimeError(f"vaswani_mt cannot decode this call ({reason}) and transformers "
+                           f"{transformers.__version__} has no GenerationMixin.{_TRANSFORMERS_LOOPS[loop]} to hand it "
+                           "to: pass use_fast_decoding=False on the model (model.use_fast_decoding = False)")
+    extra = {"streamer": streamer} if loop == "greedy" else {}
+    return transformers_loop(model, input_ids, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
+                             generation_config=generation_config, synced_gpus=False, **extra, **model_kwargs)
 
 
-def _decode_or_fall_back(model: nn.Module, loop: str, transformers_loop, args: tuple, kwargs: dict):
-    try:
-        arguments = _LOOP_SIGNATURES[loop].bind(*args, **kwargs).arguments
-    except TypeError:
-        _warn_once(f"generate() called GenerationMixin.{'_sample' if loop == 'greedy' else '_beam_search'} with "
-                   "arguments the fast loop was not written for")
-        return transformers_loop(*args, **kwargs)
-    model_kwargs = arguments.pop("model_kwargs", {})
-    synced_gpus, streamer = arguments.pop("synced_gpus", False), arguments.pop("streamer", None)
-    if fast_decoding_blocker(model, arguments["input_ids"], arguments["generation_config"], model_kwargs, synced_gpus,
-                             loop) is not None:
-        return transformers_loop(*args, **kwargs)
-    if loop == "greedy":
-        return greedy_search(model, **arguments, streamer=streamer, **model_kwargs)
-    return beam_search(model, **arguments, **model_kwargs)
+# --- the loops checked against transformers' by what they decode --------------------------------------------------
+_agreement: dict[tuple, bool] = {}
+_checking: ContextVar[bool] = ContextVar("vaswani_mt_checking_loops", default=False)
+# The check model: small enough to decode in milliseconds, big enough that beams differ and hypotheses end early
+# and late; random weights from a fixed seed (the caller's random stream is left where it was).
+_CHECK_CONFIG = dict(vocab_size=48, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                     decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+                     dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+_CHECK_CALLS = (dict(num_beams=1), dict(num_beams=3, num_return_sequences=2, length_penalty=1.0),
+                dict(num_beams=4, length_penalty=0.6, early_stopping=True, min_new_tokens=3))
+
+
+def loops_agree_with_transformers() -> bool:
+    """Whether our loops decode a check model exactly as transformers' loops do without a cache (the reference that
+    depends on nothing but the model's forward), greedy and beam search; checked once per process and set of
+    transformers' generation methods.
+    On a difference, one warning, and transformers' loops decode from then on."""
+    if _checking.get():
+        return True  # the check itself decodes with our loops
+    key = (transformers.__version__, *map(id, vars(GenerationMixin).values()))  # a patched helper is checked again
+    if key not in _agreement:
+        token = _checking.set(True)
+        try:
+            _agreement[key] = _decode_check_model()
+        finally:
+            _checking.reset(token)
+        if not _agreement[key]:
+            _warn_once(f"vaswani_mt's decoding loops decode differently from transformers {transformers.__version__}'s "
+                       "own on a check model")
+    return _agreement[key]
+
+
+def _decode_check_model() -> bool:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(20170612)
+        model = VaswaniForConditionalGeneration(VaswaniConfig(**_CHECK_CONFIG)).eval()
+        source = torch.randint(3, _CHECK_CONFIG["vocab_size"], (3, 7))
+    source[:, -1] = model.config.eos_token_id
+    mask = torch.ones_like(source)
+    mask[1, :3] = 0  # one padded source (left padding: the tokenizer's side does not matter to the encoder)
+    source[1, :3] = model.config.pad_token_id
+    for call in _CHECK_CALLS:
+        ours = model.generate(source, attention_mask=mask, max_new_tokens=12, **call)
+        model.use_fast_decoding = False
+        try:
+            theirs = model.generate(source, attention_mask=mask, max_new_tokens=12, use_cache=False, **call)
+        finally:
+            model.use_fast_decoding = True
+        if ours.shape != theirs.shape or not torch.equal(ours, theirs):
+            return False
+    return True
 
 
 # --- the length penalty of §6.1 ----------------------------------------------------------------------------------
@@ -127,73 +233,49 @@ def _decode_or_fall_back(model: nn.Module, loop: str, transformers_loop, args: t
 # lp(Y) = ((5 + |Y|) / 6) ** alpha; transformers divides by |Y| ** alpha. `generation_config.length_penalty_style`
 # picks the formula ("transformers", the default, or "gnmt"; alpha is `length_penalty`). Both beam loops, ours and
 # transformers', score hypotheses through the model's `_update_finished_beams` and `_check_early_stop_heuristic`
-# (transformers' helpers): the model overrides them to divide by the GNMT penalty first and pass length_penalty=0 on,
-# so transformers' own division is by |Y| ** 0 = 1. |Y| counts the generated tokens, end-of-sentence included.
-LENGTH_PENALTY_STYLES = ("transformers", "gnmt")
-_call_style: ContextVar[str | None] = ContextVar("vaswani_mt_length_penalty_style", default=None)
-_gnmt_alpha: ContextVar[float | None] = ContextVar("vaswani_mt_gnmt_alpha", default=None)
-
-
+# (transformers' helpers): for a "gnmt" call the model gets its own versions of the two for the call's duration,
+# which divide by the GNMT penalty first and pass length_penalty=0 on, so transformers' own division is by
+# |Y| ** 0 = 1. |Y| counts the generated tokens, end-of-sentence included.
 def gnmt_length_penalty(length, alpha: float):
     """lp(Y) = ((5 + |Y|) / 6) ** alpha (GNMT, eq. 14); `length` a number or a tensor."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def length_penalty_style(generation_config) -> str:
-    """The config's `length_penalty_style` ("transformers" when unset); ValueError for an unknown one."""
-    return checked_length_penalty_style(getattr(generation_config, "length_penalty_style", None))
-
-
-def checked_length_penalty_style(style: str | None) -> str:
-    style = style or "transformers"
-    if style not in LENGTH_PENALTY_STYLES:
-        raise ValueError(f"length_penalty_style must be one of {LENGTH_PENALTY_STYLES}, got {style!r}")
-    return style
-
-
 @contextmanager
-def length_penalty_style_of_call(style: str):
-    """The length penalty style of one generate() call (its argument, else its generation config's)."""
-    token = _call_style.set(style)
+def gnmt_scoring(model: nn.Module, style: str):
+    """Inside, beam search on `model` scores finished hypotheses with GNMT's penalty when `style` is "gnmt"."""
+    if style != "gnmt":
+        yield
+        return
+    missing = [name for name in _GNMT_HOOKS if not hasattr(GenerationMixin, name)]
+    if missing:
+        _warn_once(f"transformers has no GenerationMixin.{missing[0]}: the GNMT length penalty cannot be applied, "
+                   "beams are scored with length ** length_penalty", prefix="vaswani_mt: ")
+        yield
+        return
+    for name in _GNMT_HOOKS:  # the instance's own attribute wins over the class's method
+        helper = getattr(model, name)  # the class's, bound as the class binds it (some helpers are static)
+        model.__dict__[name] = lambda *args, _name=name, _helper=helper, **kwargs: with_gnmt_penalty(
+            _name, _helper, args, kwargs)
     try:
         yield
     finally:
-        _call_style.reset(token)
-
-
-@contextmanager
-def gnmt_penalty_for(generation_config):
-    """The beam search inside scores with GNMT's penalty when the generate() call asks for it."""
-    alpha = None
-    style = _call_style.get() or (length_penalty_style(generation_config) if generation_config is not None else None)
-    if generation_config is not None and style == "gnmt":
-        alpha = float(generation_config.length_penalty)
-        missing = [name for name in _GNMT_HOOKS if not hasattr(GenerationMixin, name)]
-        if missing:
-            _warn_once(f"transformers has no GenerationMixin.{missing[0]}: the GNMT length penalty cannot be applied, "
-                       "beams are scored with length ** length_penalty", prefix="vaswani_mt: ")
-    token = _gnmt_alpha.set(alpha)
-    try:
-        yield
-    finally:
-        _gnmt_alpha.reset(token)
+        for name in _GNMT_HOOKS:
+            model.__dict__.pop(name, None)
 
 
 # transformers' helper -> (the parameter the GNMT penalty divides, how transformers counts |Y| from the parameters)
 _GNMT_HOOKS = {
     "_update_finished_beams": ("topk_log_probs", lambda a: a["cur_len"] + 1 - a["decoder_prompt_len"]),
     "_check_early_stop_heuristic": ("running_beam_scores", lambda a: (
-        a["max_length"] - a["decoder_prompt_len"] if a["early_stopping"] == "never" and _gnmt_alpha.get() > 0
+        a["max_length"] - a["decoder_prompt_len"] if a["early_stopping"] == "never" and a["length_penalty"] > 0
         else a["cur_len"] - a["decoder_prompt_len"])),
 }
 
 
 def with_gnmt_penalty(name: str, transformers_helper, args: tuple, kwargs: dict):
-    """transformers' beam helper `name`, scoring with the GNMT penalty when the running beam search asks for it.
+    """transformers' beam helper `name`, scoring with the GNMT penalty (alpha: the call's `length_penalty`).
     A call whose arguments do not bind to the helper's parameters goes to the helper unchanged (with a warning)."""
-    alpha = _gnmt_alpha.get()
-    if alpha is None:
-        return transformers_helper(*args, **kwargs)
     parameters = BEAM_HELPERS[name]
     arguments = {**dict(zip(parameters, args)), **kwargs}
     scores, length_of = _GNMT_HOOKS[name]
@@ -201,6 +283,7 @@ def with_gnmt_penalty(name: str, transformers_helper, args: tuple, kwargs: dict)
         _warn_once(f"GenerationMixin.{name} was called with arguments the GNMT length penalty was not written for; "
                    "beams are scored with length ** length_penalty", prefix="vaswani_mt: ")
         return transformers_helper(*args, **kwargs)
+    alpha = float(arguments["length_penalty"])
     arguments[scores] = arguments[scores] / gnmt_length_penalty(length_of(arguments), alpha)
     arguments["length_penalty"] = 0.0
     return transformers_helper(**arguments)
@@ -232,33 +315,23 @@ def _check_beam_helpers() -> str | None:
     return None
 
 
-def warn_if_loops_unreachable() -> None:
-    """Warn (once) when transformers no longer has the loops the model overrides: generate() then runs its own."""
-    for name in ("_sample", "_beam_search"):
-        if not hasattr(GenerationMixin, name):
-            _warn_once(f"transformers has no GenerationMixin.{name} to take over")
-
-
 def _warn_once(reason: str, prefix: str = "vaswani_mt: transformers' own decoding loop is used: ") -> None:
     if reason not in _warned:
         _warned.add(reason)
         logger.warning("%s%s", prefix, reason)
 
 
-# Generation settings whose effect lives outside the decoding loop or is reproduced here; any other output option
-# sends generate() to transformers' loop.
-_OUTPUT_OPTIONS = ("return_dict_in_generate", "output_scores", "output_logits", "output_attentions",
-                   "output_hidden_states")
 # Keyword arguments generate() passes to the loop that the fast loop understands (the rest: transformers' loop).
-# `labels` comes along from Seq2SeqTrainer's validation; generate() never uses it.
-_KNOWN_MODEL_KWARGS = {"encoder_outputs", "attention_mask", "past_key_values", "use_cache", "cache_position",
+# `labels` comes along from Seq2SeqTrainer's validation; generate() never uses it. The cache generate() prepares is
+# `cache` since transformers 5.24, `past_key_values` before; the fast loop keeps its own.
+_KNOWN_MODEL_KWARGS = {"encoder_outputs", "attention_mask", "cache", "past_key_values", "use_cache", "cache_position",
                        "output_attentions", "output_hidden_states", "labels"}
 
 
 def fast_decoding_blocker(model: nn.Module, input_ids: torch.Tensor, generation_config, model_kwargs: dict,
                           synced_gpus: bool = False, loop: str = "greedy") -> str | None:
-    """Why the fast `loop` ("greedy" or "beam") cannot run this generate() call (a short reason), or None if it can.
-    A mismatch with transformers' private API is also logged, once per reason."""
+    """Why the fast `loop` ("greedy" or "beam") cannot run a call generate() prepared (a short reason), or None if it
+    can. A mismatch with transformers' private API is also logged, once per reason."""
     if not getattr(model, "use_fast_decoding", True):
         return "use_fast_decoding is off"
     mismatch = (beam_helpers_mismatch() if loop == "beam" else None) or next(
@@ -282,6 +355,7 @@ def fast_decoding_blocker(model: nn.Module, input_ids: torch.Tensor, generation_
             return option
     unknown = {k for k, v in model_kwargs.items() if v is not None} - _KNOWN_MODEL_KWARGS
     if unknown:
+        _warn_once(f"generate() passed model arguments {sorted(unknown)} the fast loop does not know")
         return f"model arguments {sorted(unknown)}"
     if model_kwargs.get("encoder_outputs") is None:
         return "no encoder outputs"
