@@ -137,3 +137,9 @@ def test_upgrade_of_something_that_is_not_a_model_folder_is_one_clear_line(tmp_p
     assert main(["upgrade", str(make(tmp_path))]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("vaswani-mt upgrade: error: ") and phrase in err[0]
+
+
+def test_a_push_of_a_run_whose_code_is_from_another_version_says_how_to_upgrade_it(capsys):
+    run = FIXTURES / "run-saved-by-c3eb282"
+    assert main(["push", str(run), "someone/old-run", "--dry-run"]) == 0
+    assert f"`vaswani-mt upgrade {run}` replaces it before the push" in capsys.readouterr().err

@@ -8,6 +8,7 @@ import sys
 
 from ..model.pipeline_vaswani import pipeline_code_changes
 from ..publishing.hub import PushError, check_run_folder, push_run, split_repo_id, upload_plan
+from ..publishing.model_code import code_changes
 from ..publishing.model_card import render_model_card
 
 
@@ -37,8 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
+        model_dir = check_run_folder(args.run_dir)
+        if not code_changes(model_dir).current:
+            print(f"vaswani-mt push: warning: the model code in {model_dir} is not this vaswani-mt's (saved by another "
+                  f"version); `vaswani-mt upgrade {args.run_dir}` replaces it before the push", file=sys.stderr)
         if args.dry_run:
-            model_dir = check_run_folder(args.run_dir)
             namespace, _ = split_repo_id(args.repo_id)
             print(render_model_card(args.run_dir, args.repo_id if namespace else None, license=args.license,
                                     license_name=args.license_name, license_link=args.license_link,
