@@ -37,7 +37,7 @@ def main() -> None:
     import datasets
 
     from vaswani_mt.data.batching import TokenBudgetBatchSampler, pack_by_token_budget, padding_stats
-    from vaswani_mt.data.corpus import load_parallel, tokenize_dataset
+    from vaswani_mt import load_parallel, tokenize_dataset
     from vaswani_mt.data.tokenization import train_tokenizer
 
     datasets.disable_progress_bars()

@@ -1,11 +1,18 @@
 """Shared fixtures. Tests never touch the network: the Hub is switched off for every test process."""
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Prepared data (vaswani_mt.data.prepared) goes to a cache of this test session, removed at its end.
+_CACHE = tempfile.mkdtemp(prefix="vaswani-mt-test-cache-")
+os.environ.setdefault("VASWANI_MT_CACHE", _CACHE)
+atexit.register(shutil.rmtree, _CACHE, True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -63,7 +70,7 @@ def multi30k_dir() -> Path:
 @pytest.fixture(scope="session")
 def multi30k_cleaned(multi30k_dir):
     """``(DatasetDict, CleaningReport)``: Multi30k en-de loaded with the default cleaning."""
-    from vaswani_mt.data.corpus import load_parallel
+    from vaswani_mt.data.cleaning import load_parallel
 
     return load_parallel(multi30k_dir, "en", "de")
 
@@ -89,7 +96,7 @@ def multi30k_tokenizer(multi30k_tokenizer_training):
 @pytest.fixture(scope="session")
 def multi30k_tokenized(multi30k_cleaned, multi30k_tokenizer):
     """Multi30k tokenised with ``multi30k_tokenizer``: splits with ``input_ids`` and ``labels``."""
-    from vaswani_mt.data.corpus import tokenize_dataset
+    from vaswani_mt.data.tokenizing import tokenize_dataset
 
     return tokenize_dataset(multi30k_cleaned[0], multi30k_tokenizer, "en", "de")
 

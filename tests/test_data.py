@@ -8,8 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 from datasets import Dataset, DatasetDict
 
-from vaswani_mt.data import corpus as data_module
-from vaswani_mt.data.corpus import CleaningOptions, DataError, clean_parallel, load_parallel, read_parallel, tokenize_dataset
+from vaswani_mt.data import cleaning as data_module
+from vaswani_mt.data.cleaning import CleaningOptions, clean_parallel, load_parallel
+from vaswani_mt.data.reading import DataError, read_parallel
+from vaswani_mt.data.tokenizing import tokenize_dataset
 from vaswani_mt.data.tokenization import normalize_text, train_tokenizer
 
 
@@ -113,7 +115,7 @@ def test_train_is_filtered_and_test_keeps_every_pair_with_a_warning(tmp_path, ca
     write_corpus(tmp_path, "train", GOOD_PAIRS + bad)
     write_corpus(tmp_path, "test", GOOD_PAIRS + bad)
     options = CleaningOptions(max_length=20, max_ratio=3.0)
-    with caplog.at_level(logging.INFO, logger="vaswani_mt.data.corpus"):
+    with caplog.at_level(logging.INFO, logger="vaswani_mt.data.cleaning"):
         dataset, report = load_parallel(tmp_path, "en", "de", clean=options)
     assert translations(dataset["train"]) == GOOD_PAIRS
     assert report["train"].dropped == {"empty": 1, "placeholder": 1, "too_long": 1, "length_ratio": 1}
@@ -428,7 +430,7 @@ def test_tokenize_dataset_truncates_to_max_length_keeping_eos_and_warns(tmp_path
     write_corpus(tmp_path, "train", GOOD_PAIRS + [(" ".join(["dog"] * 40), "Hund")])
     dataset, _ = load_parallel(tmp_path, "en", "de", clean=CleaningOptions(max_ratio=None))
     tokenizer = train_tokenizer(dataset, vocab_size=300, min_frequency=1)
-    with caplog.at_level(logging.WARNING, logger="vaswani_mt.data.corpus"):
+    with caplog.at_level(logging.WARNING, logger="vaswani_mt.data.tokenizing"):
         tokenized = tokenize_dataset(dataset, tokenizer, "en", "de", max_length=6, with_attention_mask=True)
     rows = tokenized["train"][:]
     assert max(len(ids) for ids in rows["input_ids"] + rows["labels"]) == 6

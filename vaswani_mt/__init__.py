@@ -9,7 +9,9 @@ into the model's generate(), brings back the "translation" pipeline task, and pl
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from .data.batching import TokenBudgetBatchSampler, padding_stats
-from .data.corpus import CleaningOptions, CleaningReport, DataError, load_parallel, tokenize_dataset
+from .data.cleaning import CleaningOptions, CleaningReport, load_parallel
+from .data.reading import DataError
+from .data.tokenizing import tokenize_dataset
 from .data.tokenization import normalize_text, train_tokenizer
 from .metrics import corpus_scores, load_metric, moses_tokenized_bleu
 from .model.configuration_vaswani import PRESETS, VaswaniConfig

@@ -31,23 +31,45 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq, TrainerCallback, TrainerState, set_seed
 
-from ..data.corpus import CleaningOptions, DataError, load_parallel, preprocess_parallel, tokenize_dataset
-from ..data.tokenization import normalize_text, train_tokenizer
-from ..files import (checkpoint_step, describe_os_error, last_saves, remove_incomplete_checkpoints, share_weights,
-                     write_atomically, writing)
+from ..data.prepared import prepare
+from ..data.reading import DataError
+from ..data.tokenization import normalize_text
+from ..files import (
+    checkpoint_step,
+    describe_os_error,
+    last_saves,
+    remove_incomplete_checkpoints,
+    share_weights,
+    write_atomically,
+    writing,
+)
 from ..metrics import corpus_scores, moses_tokenized_bleu, tokenized_bleu
 from ..model.configuration_vaswani import VaswaniConfig
 from ..model.modeling_vaswani import VaswaniForConditionalGeneration
 from ..model.pipeline_vaswani import save_for_pipeline
 from ..publishing.plots import plot_training_curves
 from ..recipe.averaging import average_checkpoints
+from ..recipe.config import (
+    ConfigError,
+    RunConfig,
+    load_run_config,
+    parse_overrides,
+    save_run_config,
+    shipped_config_names,
+)
 from ..recipe.host_memory import keep_freed_memory
-from ..recipe.config import (ConfigError, RunConfig, load_run_config, parse_overrides, save_run_config,
-                             shipped_config_names)
 from ..recipe.snapshots import WeightSnapshots, drop_snapshots_after, last_snapshots
 from ..recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments, complete_checkpoints, is_complete_checkpoint
-from ..run_record import (Hardware, ModelFacts, RunFolder, RunRecord, Selection, TestScores, TrainingFigures,
-                          last_validation)
+from ..run_record import (
+    Hardware,
+    ModelFacts,
+    RunFolder,
+    RunRecord,
+    Selection,
+    TestScores,
+    TrainingFigures,
+    last_validation,
+)
 from .reporting import TrainingProgress, run_summary
 
 logger = logging.getLogger("vaswani_mt.train")
@@ -83,26 +105,6 @@ def _training_arguments(config: RunConfig, run: RunFolder) -> VaswaniTrainingArg
     return VaswaniTrainingArguments.from_config(
         config.training, str(run.checkpoints), use_cpu=not torch.cuda.is_available(), report_to=[],
         ddp_find_unused_parameters=False, dataloader_num_workers=0, disable_tqdm=not sys.stderr.isatty())
-
-
-def _load_tokenizer(config: RunConfig, dataset, run: RunFolder, args: VaswaniTrainingArguments):
-    """The run's tokenizer: `tokenizer.path`, else the one a previous attempt of this run trained, else a new joint
-    BPE learned on the training split (main process first; the others load what it saved)."""
-    saved = run.tokenizer
-    with args.main_process_first(desc="tokenizer"):
-        if config.tokenizer.path is not None:
-            return AutoTokenizer.from_pretrained(config.tokenizer.path)
-        if (saved / "tokenizer.json").exists():
-            return AutoTokenizer.from_pretrained(saved)
-        started = time.perf_counter()
-        tokenizer = train_tokenizer(dataset[config.data.train_split], vocab_size=config.tokenizer.vocab_size,
-                                    min_frequency=config.tokenizer.min_frequency,
-                                    languages=[config.data.source_lang, config.data.target_lang])
-        logger.info("trained a joint BPE tokenizer (%d tokens) in %.1f s", len(tokenizer),
-                    time.perf_counter() - started)
-        if args.should_save:
-            tokenizer.save_pretrained(saved)
-        return tokenizer
 
 
 def _model_config(config: RunConfig, tokenizer) -> VaswaniConfig:
@@ -213,24 +215,24 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
     args = _training_arguments(config, run)
     if config.training.num_threads:
         torch.set_num_threads(config.training.num_threads)
-    cleaning = CleaningOptions(deduplicate=config.data.drop_duplicates, filter_splits=(config.data.train_split,))
-    splits = [s for s in (config.data.train_split, config.data.valid_split, config.data.test_split) if s]
-    src, tgt = config.data.source_lang, config.data.target_lang
+    # a resumed run keeps the tokenizer it started with
+    resumed_tokenizer = AutoTokenizer.from_pretrained(run.tokenizer) if resume and (
+        run.tokenizer / "tokenizer.json").exists() else None
     with args.main_process_first(desc="data"):  # before the run folder exists: bad data leaves nothing behind
-        raw, cleaning_report = load_parallel(config.data.path, src, tgt, splits=splits, clean=cleaning)
-        raw = preprocess_parallel(raw, config.data.preprocess, src, tgt)
+        prepared = prepare(config.data, config.tokenizer, tokenizer=resumed_tokenizer)
+    tokenizer, tokenized, cleaning_report = prepared.tokenizer, prepared.tokenized, prepared.report
     run_dir.mkdir(parents=True, exist_ok=True)
     _setup_logging(run, args.should_save)
     if args.should_save:
         with writing(run.config):
             save_run_config(config, run.config)
+        if config.tokenizer.path is None and resumed_tokenizer is None:
+            tokenizer.save_pretrained(run.tokenizer)
     logger.info("run folder %s; world size %d", run_dir, args.world_size)
     if args.device.type == "cpu" and keep_freed_memory():
         logger.info("malloc keeps freed memory for the next step (vaswani_mt.recipe.host_memory)")
-    logger.info("data: %s", cleaning_report.summary())
-    tokenizer = _load_tokenizer(config, raw, run, args)
-    with args.main_process_first(desc="tokenize"):
-        tokenized = tokenize_dataset(raw, tokenizer, src, tgt, max_length=config.data.max_length)
+    logger.info("data: %s; prepared in %s", cleaning_report.summary(),
+                ", ".join(str(folder) for folder in prepared.folders.values()))
     valid = tokenized[config.data.valid_split]
     if config.data.valid_subset is not None:
         valid = valid.select(range(min(config.data.valid_subset, len(valid))))
@@ -292,7 +294,7 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
             share_weights(final_dir)
 
     if config.data.test_split:
-        references = [pair[tgt] for pair in raw[config.data.test_split]["translation"]]
+        references = [pair[config.data.target_lang] for pair in prepared.text[config.data.test_split]["translation"]]
         test_scores, hypotheses = _score(trainer, tokenized[config.data.test_split], references, config, progress)
         record.test = test_scores
         if args.should_save:
@@ -306,7 +308,7 @@ def run(config: RunConfig, resume: bool = False, command: str = "") -> dict:
             _plot(history, run.plots)
         # Last, and atomically: a run folder with its record is finished (`--resume` then has nothing to do).
         record.write(run)
-        logger.info(run_summary(record.to_json(), run.root, time.perf_counter() - run_started, (src, tgt)))
+        logger.info(run_summary(record.to_json(), run.root, time.perf_counter() - run_started, (config.data.source_lang, config.data.target_lang)))
     _leave_together(trainer)
     return record.to_json()
 

@@ -24,7 +24,7 @@ Text normalisation (the one documented contract for whitespace)
     3. Leading and trailing spaces are stripped.
 
     It does *not* unescape HTML entities (``&amp;``): that is a corpus-cleaning step done by
-    :mod:`vaswani_mt.data.corpus`, since at inference time ``&amp;`` may be what the user really typed.
+    :mod:`vaswani_mt.data.cleaning`, since at inference time ``&amp;`` may be what the user really typed.
 
 Round trip
     For normalised text, ``tokenizer.decode(tokenizer(x).input_ids, skip_special_tokens=True) == x``:
@@ -250,6 +250,7 @@ def train_tokenizer(
     byte_fallback: bool = True,
     split: str = "train",
     show_progress: bool = False,
+    length: int | None = None,
 ) -> PreTrainedTokenizerFast:
     """Learn a joint BPE vocabulary over source and target text and return a fast tokenizer.
 
@@ -269,7 +270,8 @@ def train_tokenizer(
         languages: which languages/columns of a dataset corpus to use.
         byte_fallback: encode unseen characters as UTF-8 byte tokens instead of ``<unk>``.
         split: the split of a ``DatasetDict`` to learn from.
-        show_progress: show the ``tokenizers`` training progress bar.
+        show_progress: show the ``tokenizers`` training progress bars (on a terminal).
+        length: how many sentences the corpus yields, if known: the progress bar then shows an ETA.
 
     Returns:
         A ``PreTrainedTokenizerFast`` whose encodings end with ``</s>``; ``<pad>``/``<unk>``/``<s>``/
@@ -277,7 +279,7 @@ def train_tokenizer(
 
     The corpus is normalised with :func:`normalize_text` during training (it is the tokenizer's
     normaliser), but it is not otherwise cleaned: pass cleaned data, e.g. from
-    :func:`vaswani_mt.data.corpus.load_parallel`.
+    :func:`vaswani_mt.data.cleaning.load_parallel`.
     """
     reserved = len(SPECIAL_TOKENS) + (NUM_BYTE_TOKENS if byte_fallback else 0)
     if vocab_size <= reserved:
@@ -293,7 +295,7 @@ def train_tokenizer(
         special_tokens=list(SPECIAL_TOKENS),
         show_progress=show_progress,
     )
-    scratch.train_from_iterator(texts, trainer)
+    scratch.train_from_iterator(texts, trainer, length=length)
     if scratch.get_vocab_size() <= len(SPECIAL_TOKENS):
         raise ValueError("train_tokenizer: the corpus is empty; nothing to learn a vocabulary from")
 

@@ -23,7 +23,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # vaswani_mt/__init__.py registered the model
 
 from ..data.batching import pack_by_token_budget
-from ..data.corpus import NotUTF8Error, iter_lines
+from ..data.reading import NotUTF8Error, iter_lines
 from ..files import TOKENIZER_FILES, first_line, weights_problem
 from ..model.pipeline_vaswani import encode_source, text_preprocessing
 
@@ -169,7 +169,7 @@ def decoded_lines(tokenizer, rows) -> list[str]:
 
 def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
     """Lines of a binary stream decoded as UTF-8 (a leading BOM is dropped), without their line ending, read one at
-    a time (:func:`vaswani_mt.data.corpus.iter_lines`). Raises TranslateError naming the line when it is not valid
+    a time (:func:`vaswani_mt.data.reading.iter_lines`). Raises TranslateError naming the line when it is not valid
     UTF-8."""
     try:
         yield from iter_lines(stream, name)
@@ -185,7 +185,7 @@ def load_model_and_tokenizer(folder: str, device: str | None = None):
     """The model (eval mode, on `device`: default cuda when available, else cpu) and tokenizer saved in `folder`.
     Everything that can be checked is checked before the model loads (the device, the files, whole weights), so a
     bad folder or device is one `TranslateError` naming it, not a traceback from inside a library."""
-    device = _usable_device(device)
+    device = usable_device(device)
     path = Path(folder)
     if not path.is_dir():
         raise TranslateError(f"model folder {folder} does not exist")
@@ -211,7 +211,7 @@ def _has_tokenizer(folder: Path) -> bool:
     return any((folder / name).is_file() for name in TOKENIZER_FILES)
 
 
-def _usable_device(name: str | None) -> str:
+def usable_device(name: str | None) -> str:
     """`name` (default: cuda when available, else cpu) once a tensor could be put there."""
     name = name or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -221,5 +221,5 @@ def _usable_device(name: str | None) -> str:
     return name
 
 
-__all__ = ["TranslateError", "decoded_lines", "load_model_and_tokenizer", "read_lines",
+__all__ = ["TranslateError", "decoded_lines", "load_model_and_tokenizer", "read_lines", "usable_device",
            "translate_lines", "translate_stream"]

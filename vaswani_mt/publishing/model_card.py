@@ -25,7 +25,7 @@ import math
 import re
 from pathlib import Path
 
-from ..data.corpus import is_hub_dataset_id
+from ..data.reading import is_hub_dataset_id
 from ..run_record import RunRecord
 
 TEMPLATE_NAME = "model_card_template.md"
@@ -33,7 +33,7 @@ TEMPLATE_PATH = Path(__file__).with_name(TEMPLATE_NAME)
 DEFAULT_TAGS = ["translation", "transformer", "vaswani_mt", "attention-is-all-you-need", "custom_code"]
 
 LANGUAGE_NAMES = {
-    "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "fi": "Finnish",
+    "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "fi": "Finnish", "hi": "Hindi",
     "fr": "French", "it": "Italian", "ja": "Japanese", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese",
     "ro": "Romanian", "ru": "Russian", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
 }

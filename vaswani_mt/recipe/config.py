@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from ..data.corpus import is_hub_dataset_id
+from ..data.reading import is_hub_dataset_id
 from ..data.tokenization import NUM_BYTE_TOKENS, SPECIAL_TOKENS
 from ..model.configuration_vaswani import PREPROCESSING, PRESETS, VaswaniConfig
 from ..model.modeling_vaswani import LENGTH_PENALTY_STYLES
@@ -57,6 +57,9 @@ class DataConfig:
     # then multi-bleu's, on the tokenized lowercase output. None: raw text.
     preprocess: str | None = None
     description: DataDescription = field(default_factory=DataDescription)  # licence, domain, citation for the card
+    # where the prepared (cleaned, tokenized) data is kept for the next run, resume and process to reuse; None:
+    # $VASWANI_MT_CACHE, else ~/.cache/vaswani_mt (vaswani_mt.data.prepared)
+    cache_dir: str | None = None
 
 
 @dataclass
@@ -64,6 +67,7 @@ class TokenizerConfig:
     path: str | None = None  # an existing tokenizer folder; None trains a joint BPE on the training split (§5.1)
     vocab_size: int = 8000
     min_frequency: int = 2
+    sample: int | None = None  # learn the BPE on this many training pairs, evenly spread (None: all of them)
 
 
 @dataclass
@@ -282,6 +286,8 @@ def validate(config: RunConfig) -> None:
     positive = {"tokenizer.vocab_size": config.tokenizer.vocab_size, "data.max_length": config.data.max_length}
     if config.data.valid_subset is not None:
         positive["data.valid_subset"] = config.data.valid_subset
+    if config.tokenizer.sample is not None:
+        positive["tokenizer.sample"] = config.tokenizer.sample
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{key} must be > 0, got {value!r}")

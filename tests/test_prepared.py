@@ -1,0 +1,242 @@
+"""Prepared data (vaswani_mt.data.prepared): a corpus is read, cleaned and tokenised once into the cache; later runs,
+resumes and other processes find it; any change to the inputs prepares again; an interrupted or failing preparation
+leaves nothing a run would take for data; the result equals what the in-memory functions give."""
+
+import errno
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import vaswani_mt.data.prepared as prepared_module
+from vaswani_mt.cli import main
+from vaswani_mt.data.cleaning import CleaningOptions, load_parallel, preprocess_parallel
+from vaswani_mt.data.prepared import prepare
+from vaswani_mt.data.reading import DataError
+from vaswani_mt.data.tokenizing import tokenize_dataset
+from vaswani_mt.recipe.config import DataConfig, TokenizerConfig
+
+REPO = Path(__file__).resolve().parents[1]
+WORDS = "the a dog cat runs sleeps on in red blue big small house park snow tree water ball man woman".split()
+WOERTER = "der die ein hund katze rennt schläft auf im rot blau gross klein haus park schnee baum wasser mann frau".split()
+
+
+def _write(path: Path, lines: list[str]) -> None:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def _corpus(folder: Path, train: int = 300, seed: int = 0) -> Path:
+    """A small En-De folder: train (with an HTML entity, a placeholder pair and duplicates), valid, test."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, count in (("train", train), ("valid", 20), ("test", 20)):
+        lengths = rng.integers(3, 12, count)
+        picks = [rng.integers(0, len(WORDS), n) for n in lengths]
+        en = [" ".join(WORDS[i] for i in p) for p in picks]
+        de = [" ".join(WOERTER[i] for i in p) for p in picks]
+        if split == "train":
+            en[:4] = ["fish &amp; chips", "@@", en[5], "a  spaced   line "]
+            de[:4] = ["fisch &amp; pommes", "@@", de[5], "eine  zeile "]
+        _write(folder / f"{split}.en", en)
+        _write(folder / f"{split}.de", de)
+    return folder
+
+
+def _config(folder: Path, cache: Path, **data) -> tuple[DataConfig, TokenizerConfig]:
+    settings = dict(path=str(folder), test_split="test", max_length=64, cache_dir=str(cache))
+    return DataConfig(**{**settings, **data}), TokenizerConfig(vocab_size=320, min_frequency=1)
+
+
+def test_prepared_data_equals_what_loading_cleaning_and_tokenizing_in_memory_give(tmp_path):
+    data, tokenizer_config = _config(_corpus(tmp_path / "corpus"), tmp_path / "cache", drop_duplicates=True)
+    result = prepare(data, tokenizer_config)
+    options = CleaningOptions(deduplicate=True, filter_splits=("train",))
+    text, report = load_parallel(data.path, "en", "de", splits=["train", "valid", "test"], clean=options)
+    assert report.to_dict() == result.report.to_dict()
+    assert report["train"].dropped == {"placeholder": 1, "duplicate": 1}
+    for split in text:
+        assert text[split]["translation"] == result.text[split]["translation"]
+    tokenized = tokenize_dataset(text, result.tokenizer, "en", "de", max_length=data.max_length)
+    for split in text:
+        assert tokenized[split]["input_ids"] == result.tokenized[split]["input_ids"]
+        assert tokenized[split]["labels"] == result.tokenized[split]["labels"]
+
+
+def test_large_splits_prepared_by_worker_processes_give_the_same_tokens(tmp_path, monkeypatch):
+    data, tokenizer_config = _config(_corpus(tmp_path / "corpus", train=600), tmp_path / "cache", drop_duplicates=True)
+    alone = prepare(data, tokenizer_config)
+    monkeypatch.setattr(prepared_module, "LARGE_SPLIT", 100)  # train now goes through 2 worker processes
+    monkeypatch.setattr(prepared_module, "ENCODE_BATCH", 64)
+    workers = prepare(replace(data, cache_dir=str(tmp_path / "other-cache")), tokenizer_config, tokenizer=alone.tokenizer)
+    assert len(list((Path(workers.folders["tokenized"])).glob("train*.arrow"))) == 2
+    for split in alone.tokenized:
+        assert alone.tokenized[split]["input_ids"] == workers.tokenized[split]["input_ids"]
+        assert alone.text[split]["translation"] == workers.text[split]["translation"]
+
+
+def test_a_second_preparation_of_the_same_data_reads_nothing_and_gives_the_same_result(tmp_path, monkeypatch):
+    data, tokenizer_config = _config(_corpus(tmp_path / "corpus"), tmp_path / "cache")
+    first = prepare(data, tokenizer_config)
+    for name in ("write_text_split", "read_parallel", "train_tokenizer", "mark_split"):
+        monkeypatch.setattr(prepared_module, name, lambda *a, **k: pytest.fail("prepared again"))
+    second = prepare(data, tokenizer_config)
+    assert second.folders == first.folders
+    assert second.tokenized["train"]["input_ids"] == first.tokenized["train"]["input_ids"]
+    assert second.report.to_dict() == first.report.to_dict()
+
+
+@pytest.mark.parametrize("change,prepared_again", [
+    (lambda folder, data, tok: _write(folder / "train.de", (folder / "train.de").read_text().splitlines()[:-1] + ["neu"]),
+     {"corpus", "bpe", "tokenized"}),
+    (lambda folder, data, tok: (replace(data, drop_duplicates=True), tok), {"corpus", "bpe", "tokenized"}),
+    (lambda folder, data, tok: (replace(data, preprocess="lowercase_moses"), tok), {"corpus", "bpe", "tokenized"}),
+    (lambda folder, data, tok: (data, replace(tok, vocab_size=300)), {"bpe", "tokenized"}),
+    (lambda folder, data, tok: (data, replace(tok, sample=50)), {"bpe", "tokenized"}),
+    (lambda folder, data, tok: (replace(data, max_length=8), tok), {"tokenized"}),
+], ids=["a data file", "deduplication", "preprocessing", "vocabulary size", "bpe sample", "max length"])
+def test_a_change_to_an_input_prepares_again_what_depends_on_it_and_only_that(tmp_path, change, prepared_again):
+    folder = _corpus(tmp_path / "corpus")
+    data, tokenizer_config = _config(folder, tmp_path / "cache")
+    before = prepare(data, tokenizer_config).folders
+    changed = change(folder, data, tokenizer_config) or (data, tokenizer_config)
+    after = prepare(*changed).folders
+    assert {name for name in before if before[name] != after[name]} == prepared_again
+
+
+def test_the_bpe_sample_learns_from_an_evenly_spread_subset_of_the_kept_pairs(tmp_path, monkeypatch):
+    data, tokenizer_config = _config(_corpus(tmp_path / "corpus"), tmp_path / "cache")
+    text = prepare(data, tokenizer_config).text["train"]["translation"]
+    calls = []
+    learn = prepared_module.train_tokenizer
+    monkeypatch.setattr(prepared_module, "train_tokenizer",
+                        lambda texts, **kwargs: learn(calls.append(list(texts)) or calls[-1], **kwargs))
+    prepare(data, replace(tokenizer_config, sample=50))
+    stride = -(-len(text) // 50)
+    assert sorted(calls[0]) == sorted(pair[lang] for pair in text[::stride] for lang in ("en", "de"))
+    assert len(calls[0]) == 2 * len(text[::stride]) <= 2 * 50
+
+
+def test_a_preparation_that_fails_halfway_leaves_no_entry_and_the_next_one_prepares(tmp_path, monkeypatch):
+    data, tokenizer_config = _config(_corpus(tmp_path / "corpus"), tmp_path / "cache")
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "cache" / "x.arrow"))
+    monkeypatch.setattr(prepared_module, "train_tokenizer", full_disk)
+    with pytest.raises(OSError):
+        prepare(data, tokenizer_config)
+    names = sorted(path.name for path in (tmp_path / "cache").iterdir() if not path.name.endswith(".lock"))
+    assert len(names) == 1 and names[0].startswith("corpus-")  # the corpus was complete; nothing else is left
+    monkeypatch.undo()
+    assert len(prepare(data, tokenizer_config).tokenized["train"]) > 0
+
+
+def test_the_folder_of_a_killed_preparation_is_never_taken_for_data_and_is_removed(tmp_path):
+    data, tokenizer_config = _config(_corpus(tmp_path / "corpus"), tmp_path / "cache")
+    corpus_name = prepare(data, tokenizer_config).folders["corpus"].name
+    for entry in (tmp_path / "cache").iterdir():
+        if entry.is_dir():
+            entry.rename(tmp_path / "cache" / f".{entry.name}.tmp-killed")  # as a kill before the rename leaves it
+    result = prepare(data, tokenizer_config)
+    assert result.folders["corpus"].name == corpus_name
+    assert not list((tmp_path / "cache").glob(".*.tmp-*"))
+
+
+PREPARE = textwrap.dedent("""
+    import json, logging, sys
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    from vaswani_mt.data.prepared import prepare
+    from vaswani_mt.recipe.config import DataConfig, TokenizerConfig
+    data = DataConfig(path=sys.argv[1], test_split="test", max_length=64, cache_dir=sys.argv[2])
+    result = prepare(data, TokenizerConfig(vocab_size=320, min_frequency=1))
+    print(json.dumps({"folders": {k: str(v) for k, v in result.folders.items()},
+                      "ids": list(result.tokenized["train"]["input_ids"])}))
+""")
+
+
+def test_two_processes_preparing_the_same_data_at_once_take_turns_and_agree(tmp_path):
+    folder, cache = _corpus(tmp_path / "corpus", train=2000), tmp_path / "cache"
+    processes = [subprocess.Popen([sys.executable, "-c", PREPARE, str(folder), str(cache)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, cwd=REPO) for _ in range(2)]
+    results = [process.communicate(timeout=300) for process in processes]
+    assert all(process.returncode == 0 for process in processes), [err[-2000:] for _, err in results]
+    outputs = [json.loads(out.strip().splitlines()[-1]) for out, _ in results]
+    assert outputs[0] == outputs[1]
+    built = sum(err.count("prepared " + outputs[0]["folders"]["corpus"]) for _, err in results)
+    assert built == 1  # one process prepared the corpus, the other found it
+    assert not list(cache.glob(".*.tmp-*"))
+
+
+def test_vaswani_mt_prepare_fills_the_cache_that_a_later_run_finds(tmp_path, capsys, caplog):
+    folder, cache = _corpus(tmp_path / "corpus"), tmp_path / "cache"
+    options = ["--data.path", str(folder), "--data.test_split", "test", "--data.cache_dir", str(cache),
+               "--tokenizer.vocab_size", "320"]
+    assert main(["prepare", "--config", "multi30k-en-de", *options]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("prepared in ") and "train 299, test 20, valid 20 pairs" in out
+    entries = sorted(path.name.split("-")[0] for path in cache.iterdir() if path.is_dir())
+    assert entries == ["bpe", "corpus", "tokenized"]
+    with caplog.at_level(logging.INFO, logger="vaswani_mt.data.prepared"):
+        assert main(["prepare", "--config", "multi30k-en-de", *options]) == 0
+    assert caplog.text.count("prepared data found") == 3
+
+
+def test_a_full_disk_while_preparing_is_one_clear_line_and_leaves_no_partial_entry(tmp_path, capsys, monkeypatch):
+    folder, cache = _corpus(tmp_path / "corpus"), tmp_path / "cache"
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(cache / "train.raw.arrow"))
+    monkeypatch.setattr(prepared_module, "write_text_split", full_disk)
+    code = main(["prepare", "--config", "multi30k-en-de", "--data.path", str(folder), "--data.test_split", "test",
+                 "--data.cache_dir", str(cache)])
+    assert code == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert err == [f"vaswani-mt prepare: error: no space left on device: {cache / 'train.raw.arrow'}"]
+    assert not [path for path in cache.iterdir() if path.is_dir()]
+
+
+def test_bad_data_is_one_clear_line_from_prepare(tmp_path, capsys):
+    folder = _corpus(tmp_path / "corpus")
+    _write(folder / "train.de", (folder / "train.de").read_text().splitlines()[:-3])
+    assert main(["prepare", "--config", "multi30k-en-de", "--data.path", str(folder), "--data.test_split", "test",
+                 "--data.cache_dir", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("vaswani-mt prepare: error: split 'train': train.en has 300 lines but train.de has 297")
+
+
+def test_the_cache_defaults_to_the_environment_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("VASWANI_MT_CACHE", str(tmp_path / "env-cache"))
+    data, tokenizer_config = _config(_corpus(tmp_path / "corpus"), tmp_path / "unused")
+    result = prepare(replace(data, cache_dir=None), tokenizer_config)
+    assert all(Path(folder).parent == tmp_path / "env-cache" for folder in result.folders.values())
+
+
+def test_a_text_folder_is_read_as_a_stream_of_chunks(tmp_path):
+    from vaswani_mt.data.reading import iter_line_pairs
+
+    folder = _corpus(tmp_path / "corpus", train=250)
+    chunks = list(iter_line_pairs(folder / "train.en", folder / "train.de", "train", chunk_size=100))
+    assert [len(sources) for sources, _ in chunks] == [100, 100, 50]
+    assert sum((sources for sources, _ in chunks), []) == (folder / "train.en").read_text().splitlines()
+
+
+def test_lowercase_moses_preprocessing_is_applied_to_the_prepared_text_and_tokens(tmp_path):
+    data, tokenizer_config = _config(_corpus(tmp_path / "corpus"), tmp_path / "cache", preprocess="lowercase_moses")
+    result = prepare(data, tokenizer_config)
+    text, _ = load_parallel(data.path, "en", "de", splits=["train", "valid", "test"],
+                            clean=CleaningOptions(filter_splits=("train",)))
+    expected = preprocess_parallel(text, "lowercase_moses", "en", "de")
+    assert expected["train"]["translation"] == result.text["train"]["translation"]
+
+
+def test_a_missing_data_folder_names_the_path(tmp_path):
+    data, tokenizer_config = _config(tmp_path / "nothing", tmp_path / "cache")
+    with pytest.raises(DataError, match="does not exist"):
+        prepare(data, tokenizer_config)
+    assert not os.path.exists(tmp_path / "cache") or not any(p.is_dir() for p in (tmp_path / "cache").iterdir())
