@@ -12,6 +12,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Prepared data (vaswani_mt.data.prepared) goes to a cache of this test session, removed at its end.
 _CACHE = tempfile.mkdtemp(prefix="vaswani-mt-test-cache-")
 os.environ.setdefault("VASWANI_MT_CACHE", _CACHE)
+os.environ.setdefault("HF_DATASETS_CACHE", os.path.join(_CACHE, "datasets"))  # the json/csv/parquet builders' files
 atexit.register(shutil.rmtree, _CACHE, True)
 
 import pytest  # noqa: E402

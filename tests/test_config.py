@@ -269,3 +269,10 @@ def test_the_multi30k_configs_decode_with_beam_5_alpha_1_and_the_wmt_config_with
             assert (t.num_beams, t.length_penalty, t.length_penalty_style) == (5, 1.0, "transformers"), name
     t = load_run_config("wmt14-en-de-base").training
     assert (t.num_beams, t.length_penalty, t.length_penalty_style) == (4, 0.6, "transformers")  # §6.1
+
+
+def test_a_missing_multi30k_folder_says_where_multi30k_comes_from(tmp_path):
+    from vaswani_mt.recipe.config import ConfigError, load_run_config, parse_overrides
+
+    with pytest.raises(ConfigError, match=r"does not exist .*Multi30k comes from https://github.com/multi30k/dataset"):
+        load_run_config("multi30k-en-de", parse_overrides(["--data.path", str(tmp_path / "multi30k")]))

@@ -2,6 +2,7 @@
 
 import json
 import logging
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -11,8 +12,8 @@ from datasets import Dataset, DatasetDict
 from vaswani_mt.data import cleaning as data_module
 from vaswani_mt.data.cleaning import CleaningOptions, clean_parallel, load_parallel
 from vaswani_mt.data.reading import DataError, read_parallel
-from vaswani_mt.data.tokenizing import tokenize_dataset
 from vaswani_mt.data.tokenization import normalize_text, train_tokenizer
+from vaswani_mt.data.tokenizing import tokenize_dataset
 
 
 def write_lines(path, lines):
@@ -458,3 +459,26 @@ def test_a_training_split_emptied_by_the_cleaning_is_named_with_the_count_per_re
         load_parallel(tmp_path, "en", "de", clean=CleaningOptions(max_length=20))
     assert str(error.value).startswith("split 'train' is empty after cleaning: all 4 pairs were dropped "
                                        "(empty: 1, placeholder: 2, too_long: 1)")
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".tsv", ".parquet"])
+def test_tabular_files_are_read_by_the_datasets_builders_into_memory_mapped_arrow_files(tmp_path, suffix):
+    path = tmp_path / f"train{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("".join(json.dumps({"translation": {"de": d, "en": e}}) + "\n" for e, d in GOOD_PAIRS))
+    elif suffix == ".parquet":
+        pq.write_table(pa.table({"en": [e for e, _ in GOOD_PAIRS], "de": [d for _, d in GOOD_PAIRS]}), path)
+    else:
+        separator = "\t" if suffix == ".tsv" else ","
+        path.write_text(f"de{separator}en\n" + "".join(f'"{d}"{separator}"{e}"\n' for e, d in GOOD_PAIRS))
+    dataset = read_parallel(path, "en", "de", cache_dir=tmp_path / "builders")["train"]
+    assert translations(dataset) == GOOD_PAIRS
+    assert dataset.cache_files and all(Path(f["filename"]).is_relative_to(tmp_path / "builders")
+                                       for f in dataset.cache_files)
+
+
+def test_csv_text_that_pandas_would_take_for_missing_values_is_kept_as_text(tmp_path):
+    path = tmp_path / "train.csv"
+    path.write_text("en,de\nNA,nan\nnull,\"\"\n")
+    dataset = read_parallel(path, "en", "de", cache_dir=tmp_path / "builders")["train"]
+    assert translations(dataset) == [("NA", "nan"), ("null", "")]

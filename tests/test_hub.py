@@ -768,3 +768,44 @@ def test_a_card_names_the_cooldown_beside_the_noam_schedule_only_when_the_run_ha
     assert dict(_recipe_rows(training, updates=8500))["Learning rate"].endswith(
         "(not in the paper), but the run stopped at update 8,500")
     assert "fall" not in dict(_recipe_rows({**training, "cooldown_steps": None}))["Learning rate"]
+
+
+# --- g. `push --demo`: the web demo's app.py for a Space -------------------------------------------------------------
+
+DEMO_REPO = "alice/vaswani-tiny-demo"
+OPEN_IN_THE_DEMO = textwrap.dedent("""
+    import json, sys
+    from vaswani_mt.inference.demo import load_demo_model, translate_nbest
+    model, tokenizer = load_demo_model(sys.argv[1], "cpu")
+    print(json.dumps([[h.token_ids, h.score] for h in translate_nbest(model, tokenizer, sys.argv[2],
+                                                                     num_beams=2)[0].hypotheses]))
+""")
+
+
+def test_push_demo_adds_app_py_and_requirements_and_the_demo_opens_the_model_by_its_hub_id(hub, pushed, tmp_path):
+    from vaswani_mt.inference.demo import translate_nbest
+    from vaswani_mt.publishing.hub import demo_files
+
+    requirement = "vaswani-mt[demo] @ git+https://example.org/vaswani_mt"
+    result = push_cli(hub, tmp_path, pushed.run_dir, DEMO_REPO, "--demo", "--demo-requirement", requirement)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    files = repo_files(hub.storage, DEMO_REPO)
+    assert set(files) == MODEL_FILES | {"README.md", ".gitattributes", "app.py", "requirements.txt"}
+    assert files["app.py"] == demo_files(DEMO_REPO)["app.py"]
+    assert f'else "{DEMO_REPO}")' in files["app.py"].decode("utf-8")
+    assert files["requirements.txt"].decode("utf-8").splitlines()[-1] == requirement
+    opened = run_script(OPEN_IN_THE_DEMO, client_env(hub, tmp_path / "hf"), tmp_path, DEMO_REPO, SOURCES[0])
+    expected = translate_nbest(pushed.model, pushed.tokenizer, SOURCES[0], num_beams=2)[0].hypotheses
+    assert [ids for ids, _ in opened] == [h.token_ids for h in expected]
+    assert [score for _, score in opened] == pytest.approx([h.score for h in expected], abs=1e-5)
+
+
+def test_a_dry_run_with_demo_lists_app_py_and_a_demo_requirement_needs_demo(run_dir, capsys):
+    from vaswani_mt.cli import main
+
+    assert main(["push", str(run_dir), REPO, "--dry-run", "--demo"]) == 0
+    files = capsys.readouterr().err.strip().splitlines()[-2]
+    assert files == "files: " + ", ".join(sorted(MODEL_FILES | {"README.md", "app.py", "requirements.txt"}))
+    assert main(["push", str(run_dir), REPO, "--demo-requirement", "vaswani-mt[demo]"]) == 2
+    assert capsys.readouterr().err == "vaswani-mt push: error: --demo-requirement goes with --demo\n"

@@ -72,10 +72,11 @@ def test_prepared_data_equals_what_loading_cleaning_and_tokenizing_in_memory_giv
 def test_large_splits_prepared_by_worker_processes_give_the_same_tokens(tmp_path, monkeypatch):
     data, tokenizer_config = _config(_corpus(tmp_path / "corpus", train=600), tmp_path / "cache", drop_duplicates=True)
     alone = prepare(data, tokenizer_config)
-    monkeypatch.setattr(prepared_module, "LARGE_SPLIT", 100)  # train now goes through 2 worker processes
-    monkeypatch.setattr(prepared_module, "ENCODE_BATCH", 64)
+    monkeypatch.setattr(prepared_module, "LARGE_SPLIT", 100)  # train now goes through 2 worker processes,
+    monkeypatch.setattr(prepared_module, "SHARD_PAIRS", 150)  # in shards of 150 pairs
+    monkeypatch.setattr(prepared_module, "BATCH_PAIRS", 50)
     workers = prepare(replace(data, cache_dir=str(tmp_path / "other-cache")), tokenizer_config, tokenizer=alone.tokenizer)
-    assert len(list((Path(workers.folders["tokenized"])).glob("train*.arrow"))) == 2
+    assert len(list((Path(workers.folders["tokenized"])).glob("train*.arrow"))) == 4
     for split in alone.tokenized:
         assert alone.tokenized[split]["input_ids"] == workers.tokenized[split]["input_ids"]
         assert alone.text[split]["translation"] == workers.text[split]["translation"]
@@ -84,7 +85,7 @@ def test_large_splits_prepared_by_worker_processes_give_the_same_tokens(tmp_path
 def test_a_second_preparation_of_the_same_data_reads_nothing_and_gives_the_same_result(tmp_path, monkeypatch):
     data, tokenizer_config = _config(_corpus(tmp_path / "corpus"), tmp_path / "cache")
     first = prepare(data, tokenizer_config)
-    for name in ("write_text_split", "read_parallel", "train_tokenizer", "mark_split"):
+    for name in ("_write_shards", "read_parallel", "train_tokenizer", "_clean_shard", "_tokenize_shard"):
         monkeypatch.setattr(prepared_module, name, lambda *a, **k: pytest.fail("prepared again"))
     second = prepare(data, tokenizer_config)
     assert second.folders == first.folders
@@ -192,7 +193,7 @@ def test_a_full_disk_while_preparing_is_one_clear_line_and_leaves_no_partial_ent
 
     def full_disk(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(cache / "train.raw.arrow"))
-    monkeypatch.setattr(prepared_module, "write_text_split", full_disk)
+    monkeypatch.setattr(prepared_module, "_write_shards", full_disk)
     code = main(["prepare", "--config", "multi30k-en-de", "--data.path", str(folder), "--data.test_split", "test",
                  "--data.cache_dir", str(cache)])
     assert code == 1

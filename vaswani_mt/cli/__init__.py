@@ -11,10 +11,12 @@ from .. import __version__
 
 # sub-command -> (module, function taking argv and returning an exit code, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "prepare": ("vaswani_mt.cli.prepare", "main", "read, clean and tokenise a config's data once, for every run"),
     "train": ("vaswani_mt.cli.train", "main", "train a model with the paper's recipe from a YAML config"),
     "translate": ("vaswani_mt.cli.translate", "main", "translate a file or stdin with a trained model"),
     "export": ("vaswani_mt.cli.export", "main", "export a model for fast inference (CTranslate2)"),
     "attention": ("vaswani_mt.cli.attention", "main", "draw attention heatmaps for a sentence"),
+    "demo": ("vaswani_mt.cli.demo", "main", "try a model in a web page: translations, n-best, attention"),
     "average": ("vaswani_mt.cli.average", "main", "average the weights of several checkpoints (§6.1)"),
     "plot-schedule": ("vaswani_mt.cli.plot_schedule", "main", "draw Noam learning-rate curves (§5.3)"),
     "push": ("vaswani_mt.cli.push", "main", "push a trained run to the Hugging Face Hub with its model card"),

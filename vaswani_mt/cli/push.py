@@ -7,9 +7,9 @@ import argparse
 import sys
 
 from ..model.pipeline_vaswani import pipeline_code_changes
-from ..publishing.hub import PushError, check_run_folder, push_run, split_repo_id, upload_plan
-from ..publishing.model_code import code_changes
+from ..publishing.hub import PushError, check_run_folder, demo_files, push_run, split_repo_id, upload_plan
 from ..publishing.model_card import render_model_card
+from ..publishing.model_code import code_changes
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--license-link", help="with --license other: a URL (or file in the repo) with its text")
     parser.add_argument("--dataset", help="the Hub id of the training data for the card's metadata (default: from "
                                           "the run config)")
+    parser.add_argument("--demo", action="store_true",
+                        help="also upload app.py and requirements.txt: the page of `vaswani-mt demo` for a Hugging "
+                             "Face Space (Gradio SDK) or `python app.py` (default: the model repo gets neither)")
+    parser.add_argument("--demo-requirement", metavar="SPEC",
+                        help="with --demo: the requirements.txt line that installs vaswani-mt, which is not on PyPI, "
+                             "e.g. 'vaswani-mt[demo] @ git+https://github.com/OWNER/vaswani_mt' (default: "
+                             "vaswani-mt[demo])")
     parser.add_argument("--message", default="Upload vaswani_mt model and model card", help="the commit message")
     parser.add_argument("--dry-run", action="store_true", help="check the run and print the card and the files; "
                                                                "upload nothing")
@@ -37,8 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.demo_requirement is not None and not args.demo:
+        print("vaswani-mt push: error: --demo-requirement goes with --demo", file=sys.stderr)
+        return 2
     try:
         model_dir = check_run_folder(args.run_dir)
+        demo = demo_files(args.repo_id, args.demo_requirement) if args.demo else {}
         if not code_changes(model_dir).current:
             print(f"vaswani-mt push: warning: the model code in {model_dir} is not this vaswani-mt's (saved by another "
                   f"version); `vaswani-mt upgrade {args.run_dir}` replaces it before the push", file=sys.stderr)
@@ -47,14 +58,15 @@ def main(argv: list[str] | None = None) -> int:
             print(render_model_card(args.run_dir, args.repo_id if namespace else None, license=args.license,
                                     license_name=args.license_name, license_link=args.license_link,
                                     dataset=args.dataset))
-            files = [path for path, _ in upload_plan(model_dir)] + list(pipeline_code_changes(model_dir))
+            files = [path for path, _ in upload_plan(model_dir)] + list(pipeline_code_changes(model_dir)) + list(demo)
             print("files: " + ", ".join(sorted(set(files) | {"README.md"})), file=sys.stderr)
             print(f"dry run: nothing was uploaded; without --dry-run these files and the card above would go to "
                   f"{args.repo_id}", file=sys.stderr)
             return 0
         url = push_run(args.run_dir, args.repo_id, private=args.private, token=args.token,
                        commit_message=args.message, license=args.license, license_name=args.license_name,
-                       license_link=args.license_link, dataset=args.dataset)
+                       license_link=args.license_link, dataset=args.dataset, demo=args.demo,
+                       demo_requirement=args.demo_requirement)
     except PushError as error:
         print(f"vaswani-mt push: error: {error}", file=sys.stderr)
         return error.exit_code

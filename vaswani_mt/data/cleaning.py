@@ -184,7 +184,7 @@ def _pair_key(src: str, tgt: str) -> int:
     return int.from_bytes(digest, "little", signed=True)
 
 
-def _clean_batch(batch: dict[str, list], src_lang: str, tgt_lang: str, options: CleaningOptions,
+def clean_batch(batch: dict[str, list], src_lang: str, tgt_lang: str, options: CleaningOptions,
                  preprocess: str | None = None) -> dict[str, list]:
     """The cleaned pairs of a batch with their marks: the drop reason ('' to keep), whether HTML entities were
     unescaped or the text normalised, and the pair's digest for deduplication. With `preprocess` (e.g.
@@ -210,7 +210,7 @@ _MAX_LOGGED_EXAMPLES = 5
 
 
 def marked_features(src_lang: str, tgt_lang: str) -> Features:
-    """The columns `_clean_batch` returns."""
+    """The columns `clean_batch` returns."""
     return Features({
         TRANSLATION_COLUMN: _translation_feature(src_lang, tgt_lang),
         "_reason": Value("string"),
@@ -223,9 +223,9 @@ def marked_features(src_lang: str, tgt_lang: str) -> Features:
 def mark_split(dataset: Dataset, split: str, src_lang: str, tgt_lang: str, options: CleaningOptions,
                num_proc: int | None = None, preprocess: str | None = None,
                cache_file_name: str | None = None) -> Dataset:
-    """Every pair of a split cleaned (and preprocessed), with the cleaning marks of `_clean_batch`."""
+    """Every pair of a split cleaned (and preprocessed), with the cleaning marks of `clean_batch`."""
     return dataset.map(
-        _clean_batch,
+        clean_batch,
         batched=True,
         fn_kwargs={"src_lang": src_lang, "tgt_lang": tgt_lang, "options": options, "preprocess": preprocess},
         remove_columns=dataset.column_names,

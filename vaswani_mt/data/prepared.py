@@ -32,6 +32,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import multiprocessing
 import os
 import shutil
 import tempfile
@@ -43,18 +44,27 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from datasets import Dataset, DatasetDict, Features, Sequence, Value, concatenate_datasets
+from datasets import Dataset, DatasetDict, concatenate_datasets
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from .cleaning import CLEANING_MARKS, CleaningOptions, CleaningReport, SplitCleaningReport, judge_split, mark_split
+from .cleaning import (
+    CLEANING_MARKS,
+    CleaningOptions,
+    CleaningReport,
+    SplitCleaningReport,
+    clean_batch,
+    judge_split,
+    marked_features,
+)
 from .reading import (
     TABULAR_SUFFIXES,
     TRANSLATION_COLUMN,
     _text_files,
+    iter_line_pairs,
     read_parallel,
     text_split_files,
-    write_text_split,
+    translation_schema,
 )
 from .tokenization import EOS_ID, train_tokenizer
 
@@ -64,7 +74,8 @@ CACHE_ENV = "VASWANI_MT_CACHE"
 FORMAT = 1  # what an entry holds; a change makes every key new
 LARGE_SPLIT = 100_000  # pairs from which the cleaning and tokenising passes use worker processes
 WORKERS = 2
-ENCODE_BATCH = 2_000
+SHARD_PAIRS = 100_000  # pairs per shard file: what one worker takes at a time
+BATCH_PAIRS = 10_000  # pairs per record batch: what a pass holds in memory
 
 
 def default_cache_dir() -> Path:
@@ -120,6 +131,7 @@ def prepare(data, tokenizer_config, tokenizer: PreTrainedTokenizerFast | None = 
     corpus_key = fingerprint(FORMAT, source_identity(data.path, src, tgt, splits), src, tgt, splits, options,
                              data.preprocess)
     corpus = _entry(cache, f"corpus-{corpus_key}", lambda tmp: _build_corpus(tmp, data, splits, options))
+    files = json.loads((corpus / "manifest.json").read_text())["splits"]
     marked = _load_splits(corpus)
     keep = {split: np.load(corpus / f"keep-{split}.npy") for split in marked}
     report = CleaningReport({split: SplitCleaningReport(**counts) for split, counts in
@@ -133,13 +145,13 @@ def prepare(data, tokenizer_config, tokenizer: PreTrainedTokenizerFast | None = 
         sample = getattr(tokenizer_config, "sample", None)
         bpe_key = fingerprint(FORMAT, corpus_key, tokenizer_config.vocab_size, tokenizer_config.min_frequency, sample)
         folders["bpe"] = _entry(cache, f"bpe-{bpe_key}", lambda tmp: _learn_bpe(
-            tmp, marked[data.train_split], keep[data.train_split], src, tgt, tokenizer_config, sample))
+            tmp, corpus, files[data.train_split], keep[data.train_split], src, tgt, tokenizer_config, sample))
         tokenizer = AutoTokenizer.from_pretrained(folders["bpe"])
 
     tokens_key = fingerprint(FORMAT, corpus_key, hashlib.blake2b(tokenizer.backend_tokenizer.to_str().encode())
                              .hexdigest(), data.max_length)
     folders["tokenized"] = _entry(cache, f"tokenized-{tokens_key}", lambda tmp: _tokenize(
-        tmp, marked, keep, tokenizer, src, tgt, data.max_length))
+        tmp, corpus, files, keep, tokenizer, src, tgt, data.max_length))
     tokenized = _load_splits(folders["tokenized"]).remove_columns("_truncated")
     text = DatasetDict({split: (dataset if keep[split].all() else dataset.select(np.flatnonzero(keep[split])))
                         .remove_columns(CLEANING_MARKS) for split, dataset in marked.items()})
@@ -175,16 +187,10 @@ def _entry(cache: Path, name: str, build) -> Path:
     return final
 
 
-def _save_manifest(folder: Path, splits: dict[str, Dataset], **extra: Any) -> None:
-    files = {split: [Path(f["filename"]).name for f in dataset.cache_files] for split, dataset in splits.items()}
-    (folder / "manifest.json").write_text(json.dumps({"splits": files, **extra}, indent=1) + "\n")
-
-
 def _load_splits(folder: Path) -> DatasetDict:
+    """The splits of an entry, memory-mapped from its shard files (manifest.json lists them in order)."""
     manifest = json.loads((folder / "manifest.json").read_text())
-    return DatasetDict({split: concatenate_datasets([Dataset.from_file(str(folder / name)) for name in files])
-                        if len(files) > 1 else Dataset.from_file(str(folder / files[0]))
-                        for split, files in manifest["splits"].items()})
+    return DatasetDict({split: _concatenate(folder, names) for split, names in manifest["splits"].items()})
 
 
 def _workers(rows: int) -> int | None:
@@ -206,57 +212,141 @@ def _forked_tokenizers() -> Iterator[None]:
             os.environ["TOKENIZERS_PARALLELISM"] = previous
 
 
+# --- passes over shard files ---------------------------------------------------------------------------------------
+# A large split is kept as shard files of SHARD_PAIRS pairs. A pass (cleaning, tokenising) reads each shard with
+# ordinary reads, batch by batch (not through a memory map, whose pages would stay resident for the whole pass), and
+# writes the shard's result; the worker processes take whole shards, so the results keep the corpus order.
+def _stream_batches(path: Path) -> Iterator[pa.RecordBatch]:
+    with pa.OSFile(str(path)) as source:
+        yield from pa.ipc.open_stream(source)
+
+
+def _write_shards(batches, folder: Path, stem: str, schema: pa.Schema) -> list[tuple[str, int]]:
+    """Write record batches into `folder/{stem}-00000.arrow`, ... of about SHARD_PAIRS pairs each; (name, pairs) of
+    each shard."""
+    shards: list[tuple[str, int]] = []
+    writer = None
+    try:
+        for batch in batches:
+            if writer is None or shards[-1][1] >= SHARD_PAIRS:
+                if writer is not None:
+                    writer.close()
+                shards.append((f"{stem}-{len(shards):05d}.arrow", 0))
+                writer = pa.ipc.new_stream(str(folder / shards[-1][0]), schema)
+            writer.write_batch(batch)
+            shards[-1] = (shards[-1][0], shards[-1][1] + batch.num_rows)
+    finally:
+        if writer is not None:
+            writer.close()
+    return shards
+
+
+def _run_pass(function, jobs: list[tuple], rows: int, desc: str) -> list:
+    """`function(job)` for every job (one shard each), in worker processes when there are `rows` >= LARGE_SPLIT;
+    the results in job order. Progress counts pairs."""
+    workers = _workers(rows) if len(jobs) > 1 else None
+    with tqdm(total=rows, unit=" pairs", desc=desc) as bar:
+        if workers is None:
+            results = []
+            for job in jobs:
+                results.append(function(job))
+                bar.update(results[-1][0])
+            return results
+        with _forked_tokenizers(), multiprocessing.get_context("fork").Pool(workers) as pool:
+            results = []
+            for result in pool.imap(function, jobs):
+                results.append(result)
+                bar.update(result[0])
+            return results
+
+
 # --- corpus: read and clean ----------------------------------------------------------------------------------------
-def _read_splits(tmp: Path, data, splits: list[str]) -> dict[str, Dataset]:
-    """The raw splits: a folder of `{split}.{lang}` text files streamed into Arrow files in `tmp`; anything else read
-    with `read_parallel`."""
+def _raw_batches(data, split: str, files, dataset: Dataset | None) -> Iterator[pa.RecordBatch]:
+    src, tgt = data.source_lang, data.target_lang
+    schema = translation_schema(src, tgt)
+    if dataset is not None:  # read by read_parallel (JSON lines, CSV, Parquet, a Hub dataset)
+        for batch in dataset.with_format("arrow").iter(batch_size=BATCH_PAIRS):
+            yield pa.record_batch([batch.column(TRANSLATION_COLUMN).combine_chunks().cast(schema.field(0).type)],
+                                  schema=schema)
+        return
+    src_path, tgt_path = files
+    with tqdm(total=src_path.stat().st_size, unit="B", unit_scale=True, desc=f"Reading {split}") as bar:
+        for sources, targets in iter_line_pairs(src_path, tgt_path, split, chunk_size=BATCH_PAIRS,
+                                                progress=lambda position: bar.update(position - bar.n)):
+            column = pa.StructArray.from_arrays([pa.array(sources, type=pa.string()),
+                                                 pa.array(targets, type=pa.string())], names=[src, tgt])
+            yield pa.record_batch([column], schema=schema)
+
+
+def _read_splits(tmp: Path, data, splits: list[str]) -> dict[str, list[tuple[str, int]]]:
+    """The raw splits as shard files in `tmp`: a folder of `{split}.{lang}` text files streamed line pair by line
+    pair; anything else read with `read_parallel` first."""
     src, tgt = data.source_lang, data.target_lang
     path = None if isinstance(data.path, Mapping) else Path(str(data.path)).expanduser()
-    if path is None or not path.is_dir() or not any(_text_files(path).values()):
-        return dict(read_parallel(data.path, src, tgt, splits=splits))
+    if path is not None and path.is_dir() and any(_text_files(path).values()):
+        sources = {split: (files, None) for split, files in text_split_files(path, src, tgt, splits).items()}
+    else:
+        sources = {split: (None, dataset) for split, dataset in
+                   read_parallel(data.path, src, tgt, splits=splits, cache_dir=tmp / "read").items()}
     raw = {}
-    for split, (src_path, tgt_path) in text_split_files(path, src, tgt, splits).items():
-        target = tmp / f"{split}.raw.arrow"
-        with tqdm(total=src_path.stat().st_size, unit="B", unit_scale=True, desc=f"Reading {split}") as bar:
-            written = write_text_split(src_path, tgt_path, split, src, tgt, target,
-                                       progress=lambda position, _bar=bar: _bar.update(position - _bar.n))
-        logger.info("read %s: %d pairs (%s, %s)", split, written, src_path, tgt_path)
-        raw[split] = Dataset.from_file(str(target))
+    for split, (files, dataset) in sources.items():
+        raw[split] = _write_shards(_raw_batches(data, split, files, dataset), tmp, f"{split}.raw",
+                                   translation_schema(src, tgt))
+        if files is not None:
+            logger.info("read %s: %s, %s", split, *files)
     return raw
+
+
+def _clean_shard(job: tuple) -> tuple[int, str]:
+    """Clean one raw shard into its marked shard (`clean_batch`); (pairs, the marked shard's name)."""
+    folder, name, src, tgt, options, preprocess = job
+    schema = pa.schema(marked_features(src, tgt).arrow_schema)
+    out, rows = name.replace(".raw-", "-"), 0
+    with pa.ipc.new_stream(str(folder / out), schema) as writer:
+        for batch in _stream_batches(folder / name):
+            result = clean_batch({TRANSLATION_COLUMN: batch.column(0).to_pylist()}, src, tgt, options, preprocess)
+            writer.write_table(pa.Table.from_pydict(result, schema=schema))
+            rows += batch.num_rows
+    (folder / name).unlink()  # the raw shard is not needed any more
+    return rows, out
 
 
 def _build_corpus(tmp: Path, data, splits: list[str], options: CleaningOptions) -> None:
     src, tgt = data.source_lang, data.target_lang
     raw = _read_splits(tmp, data, splits)
-    marked, reports = {}, {}
-    for split, dataset in raw.items():
-        marked[split] = mark_split(dataset, split, src, tgt, options, num_proc=_workers(len(dataset)),
-                                   preprocess=data.preprocess, cache_file_name=str(tmp / f"{split}.arrow"))
-        reports[split], keep = judge_split(marked[split], split, options)
+    shutil.rmtree(tmp / "read", ignore_errors=True)
+    files, reports = {}, {}
+    for split, shards in raw.items():
+        jobs = [(tmp, name, src, tgt, options, data.preprocess) for name, _ in shards]
+        results = _run_pass(_clean_shard, jobs, sum(rows for _, rows in shards), f"Cleaning {split}")
+        files[split] = [out for _, out in results]
+        marked = _concatenate(tmp, files[split])
+        reports[split], keep = judge_split(marked, split, options)
         np.save(tmp / f"keep-{split}.npy", keep)
-    for leftover in tmp.glob("*.raw.arrow"):
-        leftover.unlink()
-    _save_manifest(tmp, marked)
+    (tmp / "manifest.json").write_text(json.dumps({"splits": files}, indent=1) + "\n")
     (tmp / "report.json").write_text(json.dumps({"splits": CleaningReport(reports).to_dict()}, indent=1) + "\n")
 
 
+def _concatenate(folder: Path, names: list[str]) -> Dataset:
+    datasets_ = [Dataset.from_file(str(folder / name)) for name in names]
+    return datasets_[0] if len(datasets_) == 1 else concatenate_datasets(datasets_)
+
+
 # --- the tokenizer -------------------------------------------------------------------------------------------------
-def _kept_texts(train: Dataset, keep: np.ndarray, src: str, tgt: str, stride: int) -> Iterator[str]:
-    """Source and target of every `stride`-th kept pair, read in Arrow batches."""
-    positions = np.flatnonzero(keep)[::stride]
+def _kept_texts(folder: Path, names: list[str], keep: np.ndarray, src: str, tgt: str, stride: int) -> Iterator[str]:
+    """Source and target of every `stride`-th kept pair, streamed from the marked shards."""
     wanted = np.zeros(len(keep), dtype=bool)
-    wanted[positions] = True
+    wanted[np.flatnonzero(keep)[::stride]] = True
     start = 0
-    for batch in train.select_columns([TRANSLATION_COLUMN]).with_format("arrow").iter(batch_size=20_000):
-        column = batch.column(TRANSLATION_COLUMN).combine_chunks()
-        mask = pa.array(wanted[start:start + len(column)])
-        start += len(column)
-        chosen = column.filter(mask)
-        for lang in (src, tgt):
-            yield from chosen.field(lang).to_pylist()
+    for name in names:
+        for batch in _stream_batches(folder / name):
+            chosen = batch.column(0).filter(pa.array(wanted[start:start + batch.num_rows]))
+            start += batch.num_rows
+            for lang in (src, tgt):
+                yield from chosen.field(lang).to_pylist()
 
 
-def _learn_bpe(tmp: Path, train: Dataset, keep: np.ndarray, src: str, tgt: str, tokenizer_config,
+def _learn_bpe(tmp: Path, corpus: Path, names: list[str], keep: np.ndarray, src: str, tgt: str, tokenizer_config,
                sample: int | None) -> None:
     kept = int(keep.sum())
     stride = max(1, -(-kept // sample)) if sample else 1
@@ -264,52 +354,69 @@ def _learn_bpe(tmp: Path, train: Dataset, keep: np.ndarray, src: str, tgt: str, 
     logger.info("learning a joint BPE of %d tokens on %d of %d training pairs", tokenizer_config.vocab_size, used,
                 kept)
     # tokenizers' own progress bars write to stdout: ours counts the sentences it reads (the merges follow, faster)
-    texts = tqdm(_kept_texts(train, keep, src, tgt, stride), total=2 * used, unit=" sentences", desc="Learning BPE")
+    texts = tqdm(_kept_texts(corpus, names, keep, src, tgt, stride), total=2 * used, unit=" sentences",
+                 desc="Learning BPE")
     tokenizer = train_tokenizer(texts, vocab_size=tokenizer_config.vocab_size,
                                 min_frequency=tokenizer_config.min_frequency, length=2 * used)
     tokenizer.save_pretrained(tmp)
 
 
 # --- tokens --------------------------------------------------------------------------------------------------------
-TOKEN_FEATURES = Features({"input_ids": Sequence(Value("int32")), "labels": Sequence(Value("int32")),
-                           "_truncated": Value("bool")})
+TOKEN_SCHEMA = pa.schema([("input_ids", pa.list_(pa.int32())), ("labels", pa.list_(pa.int32())),
+                          ("_truncated", pa.bool_())])
 
 
-def _encode_batch(batch: pa.Table, indices: list[int], backend, src: str, tgt: str, max_length: int | None,
-                  keep: np.ndarray | None) -> dict[str, list]:
-    """input_ids and labels of a batch's kept pairs: the tokenizer's encoding of each side (ending in </s>),
-    truncated to max_length keeping the </s>."""
-    column = batch.column(TRANSLATION_COLUMN).combine_chunks()
-    if keep is not None:
-        column = column.filter(pa.array(keep[indices]))
-    result: dict[str, list] = {"_truncated": [False] * len(column)}
+def _encode(pairs: pa.StructArray, backend, src: str, tgt: str, max_length: int | None) -> pa.Table:
+    """input_ids and labels of pairs: the tokenizer's encoding of each side (ending in </s>), truncated to max_length
+    keeping the </s>."""
+    truncated = np.zeros(len(pairs), dtype=bool)
+    columns = {}
     for name, lang in (("input_ids", src), ("labels", tgt)):
-        ids = [encoding.ids for encoding in backend.encode_batch(column.field(lang).to_pylist())]
+        ids = [encoding.ids for encoding in backend.encode_batch(pairs.field(lang).to_pylist())]
         if max_length is not None:
             for row, sequence in enumerate(ids):
                 if len(sequence) > max_length:
                     ids[row] = sequence[: max_length - 1] + [EOS_ID]
-                    result["_truncated"][row] = True
-        result[name] = ids
-    return result
+                    truncated[row] = True
+        columns[name] = pa.array(ids, type=pa.list_(pa.int32()))
+    return pa.table({**columns, "_truncated": pa.array(truncated)}, schema=TOKEN_SCHEMA)
 
 
-def _tokenize(tmp: Path, marked: DatasetDict, keep: dict[str, np.ndarray], tokenizer, src: str, tgt: str,
-              max_length: int | None) -> None:
+def _tokenize_shard(job: tuple) -> tuple[int, str, int]:
+    """Tokenise the kept pairs of one marked shard; (pairs read, the token shard's name, pairs truncated)."""
+    corpus, name, out_folder, keep, backend, src, tgt, max_length = job
+    out, rows, truncated = name.replace(".arrow", ".tokens.arrow"), 0, 0
+    with pa.ipc.new_stream(str(out_folder / out), TOKEN_SCHEMA) as writer:
+        for batch in _stream_batches(corpus / name):
+            pairs = batch.column(0)
+            if keep is not None:
+                pairs = pairs.filter(pa.array(keep[rows:rows + batch.num_rows]))
+            rows += batch.num_rows
+            table = _encode(pairs, backend, src, tgt, max_length)
+            truncated += int(pc.sum(table.column("_truncated")).as_py() or 0)
+            writer.write_table(table)
+    return rows, out, truncated
+
+
+def _tokenize(tmp: Path, corpus: Path, files: dict[str, list[str]], keep: dict[str, np.ndarray], tokenizer,
+              src: str, tgt: str, max_length: int | None) -> None:
     if max_length is not None and max_length < 2:
         raise ValueError(f"max_length must be at least 2 (one token and </s>), not {max_length}")
-    tokenized, truncated = {}, {}
-    for split, dataset in marked.items():
-        workers = _workers(len(dataset))
-        with _forked_tokenizers() if workers else contextlib.nullcontext():
-            tokenized[split] = dataset.select_columns([TRANSLATION_COLUMN]).with_format("arrow").map(
-                _encode_batch, batched=True, batch_size=ENCODE_BATCH, with_indices=True,
-                fn_kwargs={"backend": tokenizer.backend_tokenizer, "src": src, "tgt": tgt, "max_length": max_length,
-                           "keep": None if keep[split].all() else keep[split]},
-                remove_columns=[TRANSLATION_COLUMN], features=TOKEN_FEATURES, num_proc=workers,
-                cache_file_name=str(tmp / f"{split}.arrow"), load_from_cache_file=False, desc=f"Tokenizing {split}")
-        truncated[split] = int(pc.sum(tokenized[split].with_format("arrow")["_truncated"]).as_py() or 0)
+    backend, tokenized, truncated = tokenizer.backend_tokenizer, {}, {}
+    for split, names in files.items():
+        offsets = np.cumsum([0] + [_rows(corpus / name) for name in names])
+        whole = keep[split].all()
+        jobs = [(corpus, name, tmp, None if whole else keep[split][offsets[i]:offsets[i + 1]], backend, src, tgt,
+                 max_length) for i, name in enumerate(names)]
+        results = _run_pass(_tokenize_shard, jobs, int(offsets[-1]), f"Tokenizing {split}")
+        tokenized[split] = [out for _, out, _ in results]
+        truncated[split] = sum(count for _, _, count in results)
         if truncated[split]:
             logger.warning("%s: truncated %d of %d examples to max_length=%d tokens", split, truncated[split],
-                           len(tokenized[split]), max_length)
-    _save_manifest(tmp, tokenized, truncated=truncated)
+                           int(keep[split].sum()), max_length)
+    (tmp / "manifest.json").write_text(json.dumps({"splits": tokenized, "truncated": truncated}, indent=1) + "\n")
+
+
+def _rows(path: Path) -> int:
+    """Pairs in an Arrow file, from its memory map's batch headers (its data pages are not read)."""
+    return Dataset.from_file(str(path)).num_rows

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict, Features, Value
 from datasets.table import InMemoryTable
 
@@ -237,22 +238,6 @@ def translation_schema(src_lang: str, tgt_lang: str) -> pa.Schema:
     return pa.schema([(TRANSLATION_COLUMN, pa.struct([(src_lang, pa.string()), (tgt_lang, pa.string())]))])
 
 
-def write_text_split(src_path: Path, tgt_path: Path, split: str, src_lang: str, tgt_lang: str, target: Path,
-                     progress=None) -> int:
-    """Stream a split of line-aligned text files into an Arrow file at `target` (the stream format
-    `Dataset.from_file` memory-maps), chunk by chunk; returns the number of pairs. `progress(bytes of the source file
-    read)` is called with each chunk."""
-    schema = translation_schema(src_lang, tgt_lang)
-    written = 0
-    with pa.OSFile(str(target), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-        for sources, targets in iter_line_pairs(src_path, tgt_path, split, progress=progress):
-            column = pa.StructArray.from_arrays([pa.array(sources, type=pa.string()),
-                                                 pa.array(targets, type=pa.string())], names=[src_lang, tgt_lang])
-            writer.write_batch(pa.record_batch([column], schema=schema))
-            written += len(sources)
-    return written
-
-
 def _read_text_folder(
     folder: Path, src_lang: str, tgt_lang: str, splits: Sequence[str] | None
 ) -> DatasetDict:
@@ -357,7 +342,8 @@ _TABULAR_READERS = {".jsonl": _read_jsonl, ".json": _read_jsonl, ".csv": _read_d
                     ".tsv": _read_delimited, ".parquet": _read_parquet}
 
 
-def _read_tabular(files: Mapping[str, Path], src_lang: str, tgt_lang: str, splits: Sequence[str] | None) -> DatasetDict:
+def _read_tabular(files: Mapping[str, Path], src_lang: str, tgt_lang: str, splits: Sequence[str] | None,
+                  cache_dir: str | os.PathLike | None = None) -> DatasetDict:
     if splits is not None:
         missing = [split for split in splits if split not in files]
         if missing:
@@ -371,9 +357,72 @@ def _read_tabular(files: Mapping[str, Path], src_lang: str, tgt_lang: str, split
         reader = _TABULAR_READERS.get(path.suffix.lower())
         if reader is None:
             raise DataError(f"split {split!r}: {path} has an unsupported extension; use one of {TABULAR_SUFFIXES}")
-        sources, targets = reader(path, src_lang, tgt_lang)
-        result[split] = _pairs_to_dataset(sources, targets, src_lang, tgt_lang)
+        try:  # `datasets`' own builder: Arrow files on disk, memory-mapped, whatever the file's size
+            result[split] = _as_translation(_load_with_builder(path, cache_dir), src_lang, tgt_lang)
+        except Exception:  # noqa: BLE001 - read it with the checks that name the file, line and field instead
+            sources, targets = reader(path, src_lang, tgt_lang)
+            result[split] = _pairs_to_dataset(sources, targets, src_lang, tgt_lang)
     return DatasetDict(result)
+
+
+class _NotAsExpected(ValueError):
+    """What a builder read is not a pair of text columns without gaps: the file is read again, by our own reader."""
+
+
+def _load_with_builder(path: Path, cache_dir: str | os.PathLike | None) -> Dataset:
+    """A JSON-lines, CSV/TSV or Parquet file through `datasets`' json / csv / parquet builder, CSV columns as text."""
+    import datasets
+
+    suffix = path.suffix.lower()
+    kwargs: dict[str, Any] = {}
+    if suffix in (".csv", ".tsv"):
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            header = next(csv.reader(handle, delimiter="\t" if suffix == ".tsv" else ","), [])
+        # pandas' NA rules stay on: an empty or missing field, or text such as "NA", becomes null, which sends the
+        # file to our reader (it keeps such text, and names a row with a missing field)
+        kwargs = {"delimiter": "\t" if suffix == ".tsv" else ",",
+                  "features": Features({name: Value("string") for name in header}), "encoding": "utf-8-sig"}
+    builder = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}[suffix]
+    return datasets.load_dataset(builder, data_files={"train": str(path)}, split="train",
+                                 cache_dir=str(cache_dir) if cache_dir else None, **kwargs)
+
+
+def _as_translation(dataset: Dataset, src_lang: str, tgt_lang: str) -> Dataset:
+    """The builder's rows as one `translation` column of the two languages; _NotAsExpected when a language is
+    missing, a value is not text, or there are no rows."""
+    if len(dataset) == 0:
+        raise _NotAsExpected("no rows")
+    table = dataset.with_format("arrow")
+    if TRANSLATION_COLUMN in dataset.column_names:
+        struct = table[TRANSLATION_COLUMN]
+        if not pa.types.is_struct(struct.type):
+            raise _NotAsExpected("translation is not a struct")
+        columns = {struct.type.field(i).name: i for i in range(struct.type.num_fields)}
+        arrays = {lang: pc.struct_field(struct, columns[lang]) for lang in (src_lang, tgt_lang) if lang in columns}
+    else:
+        arrays = {lang: table[lang] for lang in (src_lang, tgt_lang) if lang in dataset.column_names}
+    if len(arrays) < 2 or any(not pa.types.is_string(a.type) or a.null_count for a in arrays.values()):
+        raise _NotAsExpected("a language is missing or not text in every row")
+    try:
+        for array in arrays.values():
+            array.validate(full=True)  # text that is not UTF-8
+    except pa.ArrowInvalid as error:
+        raise _NotAsExpected(str(error)) from None
+    if dataset.column_names == [TRANSLATION_COLUMN] and list(columns) == [src_lang, tgt_lang]:
+        return dataset
+
+    def select_pair(batch: pa.Table) -> pa.Table:
+        if TRANSLATION_COLUMN in batch.column_names:
+            pairs = batch.column(TRANSLATION_COLUMN).combine_chunks()
+            src, tgt = pairs.field(src_lang), pairs.field(tgt_lang)
+        else:
+            src, tgt = batch.column(src_lang).combine_chunks(), batch.column(tgt_lang).combine_chunks()
+        return pa.table({TRANSLATION_COLUMN: pa.StructArray.from_arrays([src, tgt], names=[src_lang, tgt_lang])})
+
+    return dataset.with_format("arrow").map(
+        select_pair, batched=True, remove_columns=dataset.column_names,
+        features=Features({TRANSLATION_COLUMN: _translation_feature(src_lang, tgt_lang)}),
+        desc=f"Selecting {src_lang}-{tgt_lang}").with_format(None)
 
 
 # File extensions that mark a corpus file: a string ending in one of them is never taken as a Hub id.
@@ -457,19 +506,24 @@ def read_parallel(
     tgt_lang: str,
     splits: Sequence[str] | None = None,
     hub_config: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
     **hub_kwargs: Any,
 ) -> DatasetDict:
     """Read a parallel corpus as it is (no cleaning) into a DatasetDict with a ``translation`` column.
 
     See the module docstring for the accepted sources; raises :class:`DataError` on bad input.
-    ``hub_config`` and ``hub_kwargs`` go to ``datasets.load_dataset`` for a Hub dataset id.
+    ``hub_config`` and ``hub_kwargs`` go to ``datasets.load_dataset`` for a Hub dataset id. JSON-lines, CSV/TSV and
+    Parquet files are read by `datasets`' builders into Arrow files under ``cache_dir`` (default: `datasets`' cache);
+    a file they read otherwise than the rules above is read again by this module's own readers, whose errors name
+    the file, line and field.
     """
     if src_lang == tgt_lang:
         raise DataError(f"source and target language are both {src_lang!r}")
     if isinstance(splits, str):
         splits = [splits]
     if isinstance(source, Mapping):
-        return _read_tabular({split: Path(path) for split, path in source.items()}, src_lang, tgt_lang, splits)
+        return _read_tabular({split: Path(path) for split, path in source.items()}, src_lang, tgt_lang, splits,
+                             cache_dir)
     path = Path(source).expanduser()
     if path.is_dir():
         if any(_text_files(path).values()):
@@ -479,9 +533,9 @@ def read_parallel(
             raise DataError(
                 f"{path} holds neither '{{split}}.{{lang}}' text files nor {'/'.join(TABULAR_SUFFIXES)} files"
             )
-        return _read_tabular(tables, src_lang, tgt_lang, splits)
+        return _read_tabular(tables, src_lang, tgt_lang, splits, cache_dir)
     if path.is_file():
-        return _read_tabular({"train": path}, src_lang, tgt_lang, splits)
+        return _read_tabular({"train": path}, src_lang, tgt_lang, splits, cache_dir)
     if isinstance(source, os.PathLike) or not is_hub_dataset_id(str(source)):
         raise DataError(f"{source} does not exist")
     return _read_hub(str(source), src_lang, tgt_lang, splits, hub_config, hub_kwargs)

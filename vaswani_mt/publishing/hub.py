@@ -1,12 +1,13 @@
 """`vaswani-mt push`: upload a trained run to the Hugging Face Hub with its model card.
 
-    vaswani-mt push RUN_DIR REPO_ID [--private] [--token T] [--license ID] [--dataset ID] [--dry-run]
+    vaswani-mt push RUN_DIR REPO_ID [--private] [--token T] [--license ID] [--dataset ID] [--demo] [--dry-run]
 
 What is uploaded, in one commit: the files of ``RUN_DIR/model/`` (weights, config.json with ``auto_map`` and
 ``custom_pipelines``, generation config, tokenizer, ``modeling_vaswani.py``, ``configuration_vaswani.py``,
 ``pipeline_vaswani.py``) and ``README.md``, the card rendered from the run (:mod:`vaswani_mt.publishing.model_card`).
-Nothing else of the run folder (no checkpoints, logs or optimizer states). Afterwards, with stock transformers and
-without vaswani_mt::
+Nothing else of the run folder (no checkpoints, logs or optimizer states). With ``--demo``, also ``app.py`` and
+``requirements.txt``: the page of ``vaswani-mt demo`` for a Space (:func:`demo_files`); without it, neither.
+Afterwards, with stock transformers and without vaswani_mt::
 
     AutoModelForSeq2SeqLM.from_pretrained(REPO_ID, trust_remote_code=True)
     pipeline("translation", model=REPO_ID, trust_remote_code=True)
@@ -104,6 +105,47 @@ def split_repo_id(repo_id: str) -> tuple[str | None, str]:
     return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
 
 
+# --- the demo for a Space (`push --demo`) ----------------------------------------------------------------------------
+
+DEMO_REQUIREMENT = "vaswani-mt[demo]"
+DEMO_APP = '''"""The web demo of the translation model {repo_id}: `vaswani-mt demo`'s page (translations, the beam's
+n-best list with scores, attention heatmaps), uploaded by `vaswani-mt push --demo`.
+
+On a Hugging Face Space (SDK: Gradio), with this file and requirements.txt in the Space, or here: `python app.py`.
+The model is the VASWANI_MT_MODEL environment variable (a folder or a Hub id) when set; else this file's folder when
+it holds a model (a clone of the model repo); else {repo_id}.
+"""
+
+import os
+from pathlib import Path
+
+from vaswani_mt.inference.demo_app import app_for
+
+HERE = Path(__file__).resolve().parent
+MODEL = os.environ.get("VASWANI_MT_MODEL") or (str(HERE) if (HERE / "config.json").is_file() else {repo_literal})
+
+demo = app_for(MODEL)
+
+if __name__ == "__main__":
+    demo.launch()
+'''
+
+
+def demo_files(repo_id: str, requirement: str | None = None) -> dict[str, bytes]:
+    """``app.py`` (the page of `vaswani-mt demo` for the model `repo_id`) and its ``requirements.txt``, whose
+    package line is `requirement` (default ``vaswani-mt[demo]``; vaswani-mt is not on PyPI, so a Space needs where
+    pip gets it, such as ``vaswani-mt[demo] @ git+https://...``)."""
+    requirement = (requirement or DEMO_REQUIREMENT).strip()
+    if not requirement or "\n" in requirement:
+        raise PushError(f"--demo-requirement must be one requirement line, got {requirement!r}", 2)
+    requirements = ("# The packages of app.py: vaswani-mt with its demo extra (gradio, matplotlib). vaswani-mt is not\n"
+                    "# on PyPI: `vaswani-mt push --demo-requirement SPEC` names where pip gets it.\n"
+                    f"{requirement}\n")
+    app = DEMO_APP.format(repo_id=repo_id, repo_literal=json.dumps(repo_id))
+    return {"app.py": app.encode("utf-8"),
+            "requirements.txt": requirements.encode("utf-8")}
+
+
 def upload_plan(model_dir: Path) -> list[tuple[str, Path]]:
     """``(path in repo, local file)`` for every file of the model folder that goes up (top-level files only; a README
     there is replaced by the card)."""
@@ -119,12 +161,16 @@ def upload_plan(model_dir: Path) -> list[tuple[str, Path]]:
 def push_run(run_dir, repo_id: str, private: bool = False, token: str | None = None,
              commit_message: str = "Upload vaswani_mt model and model card", *,
              license: str | None = None,  # noqa: A002 - the Hub's name for it
-             license_name: str | None = None, license_link: str | None = None, dataset: str | None = None) -> str:
+             license_name: str | None = None, license_link: str | None = None, dataset: str | None = None,
+             demo: bool = False, demo_requirement: str | None = None) -> str:
     """Upload a run folder's model and its model card to `repo_id` (created if needed, `private` then) in one commit;
-    returns the repo's URL. Raises `PushError` with a one-line reason when the folder is incomplete, there is no
+    returns the repo's URL. With `demo`, also the web demo's ``app.py`` and ``requirements.txt``
+    (:func:`demo_files`). Raises `PushError` with a one-line reason when the folder is incomplete, there is no
     usable token, the namespace belongs to someone else, or the Hub refuses or cannot be reached."""
     model_dir = check_run_folder(run_dir)
     namespace, name = split_repo_id(repo_id)
+    if demo:
+        demo_files(repo_id, demo_requirement)  # a bad requirement is refused before any request
     plan = upload_plan(model_dir)
     replacements = pipeline_code_changes(model_dir)
 
@@ -145,6 +191,9 @@ def push_run(run_dir, repo_id: str, private: bool = False, token: str | None = N
     operations = [CommitOperationAdd(path_in_repo=path, path_or_fileobj=str(local)) for path, local in plan
                   if path not in replacements]
     operations += [CommitOperationAdd(path_in_repo=path, path_or_fileobj=data) for path, data in replacements.items()]
+    if demo:
+        operations += [CommitOperationAdd(path_in_repo=path, path_or_fileobj=data)
+                       for path, data in demo_files(full_id, demo_requirement).items()]
     operations.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode("utf-8")))
     with _hub_errors(full_id, endpoint):
         url = api.create_repo(full_id, private=private, exist_ok=True)
@@ -240,4 +289,4 @@ def _server_message(error) -> str | None:
 
 
 
-__all__ = ["PushError", "push_run", "check_run_folder", "split_repo_id", "upload_plan"]
+__all__ = ["PushError", "push_run", "check_run_folder", "demo_files", "split_repo_id", "upload_plan"]

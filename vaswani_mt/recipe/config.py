@@ -24,6 +24,9 @@ from ..model.modeling_vaswani import LENGTH_PENALTY_STYLES
 SHIPPED_CONFIGS = Path(__file__).parent.parent / "configs"
 
 
+MULTI30K_SOURCE = "https://github.com/multi30k/dataset"  # where the shipped configs' default data comes from
+
+
 class ConfigError(ValueError):
     """An invalid run configuration; the message names the key and the rule."""
 
@@ -330,7 +333,11 @@ def validate(config: RunConfig) -> None:
             "raise max_position_embeddings or lower data.max_length")
     data_path = Path(config.data.path)
     if not is_hub_dataset_id(config.data.path) and not data_path.exists():
-        raise ConfigError(f"data.path {config.data.path!r} does not exist (resolved: {data_path.resolve()})")
+        hint = ""
+        if "multi30k" in config.data.path.lower() or config.data.description.name == "Multi30k":
+            hint = (f"; Multi30k comes from {MULTI30K_SOURCE} (data/task1/raw: train, val, test_2016_flickr .en/.de"
+                    ".gz, unpacked as train, valid, test2016 .en/.de; README.md, 'Get the data')")
+        raise ConfigError(f"data.path {config.data.path!r} does not exist (resolved: {data_path.resolve()}){hint}")
     if config.tokenizer.path is not None and not Path(config.tokenizer.path).is_dir():
         raise ConfigError(f"tokenizer.path {config.tokenizer.path!r} is not a folder")
     if config.data.preprocess is not None and config.data.preprocess not in PREPROCESSING:
