@@ -45,7 +45,8 @@ def model_dir(tokenizer, tmp_path):
 
 @pytest.fixture
 def browser(tmp_path):
-    """Headless Chromium as root on a machine without a display: the flags of /work/shared/notes/browser-testing.md."""
+    """Headless Chromium on a machine without a display, as root (--no-sandbox), offline (no background networking,
+    component updates, sync or QUIC), with a fresh profile and a fixed window size for the screenshot."""
     if not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()):
         pytest.skip(f"the browser test needs {CHROMIUM} and {CHROMEDRIVER}: apt-get install chromium chromium-driver")
     options = webdriver.ChromeOptions()

@@ -122,3 +122,18 @@ def test_the_model_card_names_the_length_penalty_the_model_decodes_with():
     plain = render_card(RunRecord(name="m", generation_config={"num_beams": 4, "length_penalty": 0.6}))
     assert "length penalty 0.6 (GNMT's formula, §6.1)" in gnmt and "((5 + length) / 6) ** penalty" in gnmt
     assert "which is not the GNMT formula" in plain and "which is not the GNMT formula" not in gnmt
+
+
+def test_a_gnmt_call_leaves_later_calls_and_copies_of_the_model_with_transformers_penalty(make_tiny_model):
+    import copy
+
+    import torch
+
+    model = make_tiny_model()
+    inputs = {"input_ids": torch.tensor([[5, 6, 7, 3], [8, 9, 3, 0]]), "attention_mask": torch.tensor(
+        [[1, 1, 1, 1], [1, 1, 1, 0]])}
+    before = model.generate(**inputs, num_beams=4, max_new_tokens=6, length_penalty=2.0)
+    model.generate(**inputs, num_beams=4, max_new_tokens=6, length_penalty=2.0, length_penalty_style="gnmt")
+    assert torch.equal(model.generate(**inputs, num_beams=4, max_new_tokens=6, length_penalty=2.0), before)
+    assert torch.equal(copy.deepcopy(model).generate(**inputs, num_beams=4, max_new_tokens=6, length_penalty=2.0),
+                       before)

@@ -247,7 +247,7 @@ def test_the_trainer_ignores_the_cache_under_both_names_at_evaluation(make_tiny_
     assert {"cache", "past_key_values"} <= set(make_tiny_model().config.keys_to_ignore_at_inference)
 
 
-def test_checkpointed_decoder_layers_train_without_the_cache_whatever_its_name(make_tiny_model, padded_batch,
+def test_checkpointed_decoder_layers_get_the_cache_under_the_name_transformers_clears(make_tiny_model, padded_batch,
                                                                                monkeypatch):
     from vaswani_mt.model.modeling_vaswani import VaswaniAttention
 

@@ -10,7 +10,7 @@ import logging
 import pytest
 import torch
 from tiny_tokenizer import SENTENCES
-from transformers import pipeline
+from transformers import GenerationConfig, TextStreamer, pipeline
 from transformers.generation.utils import GenerationMixin
 
 import vaswani_mt.model.fast_decoding as generation
@@ -99,12 +99,14 @@ def test_an_unknown_keyword_from_transformers_sends_the_call_to_transformers_loo
     assert received
 
 
-@pytest.mark.parametrize("loop,name", [("greedy", "_sample"), ("beam", "_beam_search")])
-def test_a_call_handed_back_to_a_transformers_without_its_loop_is_one_clear_error(model, monkeypatch, loop, name):
+@pytest.mark.parametrize("num_beams,name", [(1, "_sample"), (4, "_beam_search")])
+def test_a_call_handed_back_to_a_transformers_without_its_loop_is_one_clear_error(model, monkeypatch, num_beams,
+                                                                                     name):
     monkeypatch.delattr(GenerationMixin, name)
+    config = GenerationConfig(num_beams=num_beams, use_cache=True)
     with pytest.raises(RuntimeError, match=f"no GenerationMixin.{name}.*use_fast_decoding"):
-        generation.run_loop(model, loop, torch.zeros(2, 1, dtype=torch.long), None, None, model.generation_config,
-                            None, {"an_unknown_argument": 1})
+        generation.decoding_loop(model, torch.zeros(2, 1, dtype=torch.long), None, None, config,
+                                 an_unknown_argument=1)
 
 
 def _ranking_changed(get_top_k_continuations):
@@ -253,3 +255,36 @@ def test_without_the_config_mapping_constant_a_vaswani_folder_still_needs_its_au
     assert _is_builtin_model_type("marian") and not _is_builtin_model_type("vaswani")
     monkeypatch.delattr(configuration_auto, "CONFIG_MAPPING_NAMES")
     assert _is_builtin_model_type("marian") and not _is_builtin_model_type("vaswani")
+
+
+def test_a_generation_config_without_the_beam_size_decodes_as_transformers_merges_it(model, tokenizer):
+    inputs = _inputs(tokenizer)
+    config = GenerationConfig(max_new_tokens=6)  # num_beams and use_cache come from the model's generation config
+    assert model.generation_config.num_beams == 4
+    assert torch.equal(model.generate(**inputs, generation_config=config),
+                       _stock(model, inputs, generation_config=config))
+
+
+def test_a_streamer_stays_with_transformers_which_refuses_it_with_beam_search(model, tokenizer):
+    streamer = TextStreamer(tokenizer)
+    with pytest.raises(ValueError, match="streamer"):
+        model.generate(**_inputs(tokenizer), num_beams=4, max_new_tokens=4, streamer=streamer)
+
+
+def test_greedy_decoding_with_a_streamer_streams_what_it_returns(model, tokenizer, capsys):
+    inputs = tokenizer(SENTENCES[:1], return_tensors="pt")
+    output = model.generate(**inputs, num_beams=1, max_new_tokens=6,
+                            streamer=TextStreamer(tokenizer, skip_special_tokens=True))
+    assert torch.equal(output, _stock(model, inputs, num_beams=1, max_new_tokens=6))
+    assert capsys.readouterr().out.strip() == tokenizer.decode(output[0], skip_special_tokens=True).strip()
+
+
+def test_a_failing_check_of_our_loops_hands_decoding_to_transformers_with_one_warning(model, tokenizer, monkeypatch,
+                                                                                    caplog):
+    monkeypatch.setattr(generation, "_agreement", {})
+    monkeypatch.setattr(generation, "_decode_check_model", lambda: 1 / 0)
+    monkeypatch.setattr(generation, "beam_search", lambda *a, **k: pytest.fail("our beam search ran"))
+    inputs = _inputs(tokenizer)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert torch.equal(model.generate(**inputs, max_new_tokens=6), _stock(model, inputs, max_new_tokens=6))
+    assert "failed (ZeroDivisionError" in caplog.text

@@ -11,8 +11,8 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 from .data.batching import TokenBudgetBatchSampler, padding_stats
 from .data.cleaning import CleaningOptions, CleaningReport, load_parallel
 from .data.reading import DataError
-from .data.tokenizing import tokenize_dataset
 from .data.tokenization import normalize_text, train_tokenizer
+from .data.tokenizing import tokenize_dataset
 from .metrics import corpus_scores, load_metric, moses_tokenized_bleu
 from .model.configuration_vaswani import PRESETS, VaswaniConfig
 from .model.fast_decoding import FAST_DECODING

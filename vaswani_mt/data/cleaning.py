@@ -221,18 +221,15 @@ def marked_features(src_lang: str, tgt_lang: str) -> Features:
 
 
 def mark_split(dataset: Dataset, split: str, src_lang: str, tgt_lang: str, options: CleaningOptions,
-               num_proc: int | None = None, preprocess: str | None = None,
-               cache_file_name: str | None = None) -> Dataset:
-    """Every pair of a split cleaned (and preprocessed), with the cleaning marks of `clean_batch`."""
+               num_proc: int | None = None) -> Dataset:
+    """Every pair of a split cleaned, with the cleaning marks of `clean_batch`."""
     return dataset.map(
         clean_batch,
         batched=True,
-        fn_kwargs={"src_lang": src_lang, "tgt_lang": tgt_lang, "options": options, "preprocess": preprocess},
+        fn_kwargs={"src_lang": src_lang, "tgt_lang": tgt_lang, "options": options},
         remove_columns=dataset.column_names,
         features=marked_features(src_lang, tgt_lang),
         num_proc=num_proc if num_proc and num_proc > 1 and len(dataset) > 10_000 else None,
-        cache_file_name=cache_file_name,
-        load_from_cache_file=cache_file_name is None,
         desc=f"Cleaning {split}",
     )
 

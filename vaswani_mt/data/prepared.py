@@ -20,9 +20,10 @@ inputs never do:
 An entry is written in a temporary folder beside it and renamed into place once complete (the rename is the commit):
 a process killed while preparing leaves only a `.tmp` folder that no run takes for data, and the next preparation of
 that entry removes it. Processes preparing the same entry at once take turns through a lock file, so the second one
-finds the first one's result. Memory does not grow with the corpus: text files are read as a stream of line pairs
-and written chunk by chunk, cleaning and tokenising run as batched `Dataset.map` passes over memory-mapped files
-(in two worker processes for large splits), and the token-budget sampler reads the lengths as Arrow columns.
+finds the first one's result. Memory barely grows with the corpus (scripts/bench_data_prep.py: +0.24 GiB from 1M to
+4.5M pairs): text files are read as a stream of line pairs and written as shard files of SHARD_PAIRS pairs, the
+cleaning and tokenising passes read each shard batch by batch with ordinary reads (a memory map's pages would stay
+resident) in two worker processes for large splits, and the token-budget sampler reads the lengths as Arrow columns.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ import logging
 import multiprocessing
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict, concatenate_datasets
+from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -60,9 +64,10 @@ from .cleaning import (
 from .reading import (
     TABULAR_SUFFIXES,
     TRANSLATION_COLUMN,
-    _text_files,
+    DataError,
     iter_line_pairs,
     read_parallel,
+    text_files,
     text_split_files,
     translation_schema,
 )
@@ -87,20 +92,23 @@ def fingerprint(*parts: Any) -> str:
 
 
 def _file_identity(path: Path) -> list:
+    """Path, size, modification and change times, inode: a file rewritten in place, or replaced by a copy that keeps
+    the old modification time (cp -p, rsync -a, tar), is another file."""
     stat = path.stat()
-    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
 
 
 def source_identity(source: str | os.PathLike | Mapping, src_lang: str, tgt_lang: str, splits: list[str]) -> list:
-    """What identifies the data a run reads: for local files, each file's path, size and modification time (the
-    files of the requested splits of a folder); for a Hub id, the id (the Hub's own cache keeps its files)."""
+    """What identifies the data a run reads: for local files, each file's identity (`_file_identity`; the files of
+    the requested splits of a folder); for a Hub id, the id (a new revision of a Hub dataset under the same id is not
+    noticed: give `data.cache_dir` another folder to prepare it again)."""
     if isinstance(source, Mapping):
         return [[split, _file_identity(Path(path))] for split, path in sorted(source.items()) if Path(path).is_file()]
     path = Path(source).expanduser()
     if path.is_file():
         return [_file_identity(path)]
     if path.is_dir():
-        texts = _text_files(path)
+        texts = text_files(path)
         files = [p for split in splits for p in texts.get(split, {}).values()]
         files += [p for p in sorted(path.iterdir()) if p.suffix.lower() in TABULAR_SUFFIXES and p.stem in splits]
         return [_file_identity(p) for p in sorted(files)]
@@ -117,6 +125,7 @@ class PreparedData:
     tokenizer: PreTrainedTokenizerFast
     report: CleaningReport
     folders: dict[str, Path]
+    truncated: dict[str, int]  # examples per split cut to data.max_length tokens
 
 
 def prepare(data, tokenizer_config, tokenizer: PreTrainedTokenizerFast | None = None,
@@ -132,7 +141,7 @@ def prepare(data, tokenizer_config, tokenizer: PreTrainedTokenizerFast | None = 
                              data.preprocess)
     corpus = _entry(cache, f"corpus-{corpus_key}", lambda tmp: _build_corpus(tmp, data, splits, options))
     files = json.loads((corpus / "manifest.json").read_text())["splits"]
-    marked = _load_splits(corpus)
+    marked = DatasetDict({split: _concatenate(corpus, names) for split, names in files.items()})
     keep = {split: np.load(corpus / f"keep-{split}.npy") for split in marked}
     report = CleaningReport({split: SplitCleaningReport(**counts) for split, counts in
                              json.loads((corpus / "report.json").read_text())["splits"].items()})
@@ -148,14 +157,23 @@ def prepare(data, tokenizer_config, tokenizer: PreTrainedTokenizerFast | None = 
             tmp, corpus, files[data.train_split], keep[data.train_split], src, tgt, tokenizer_config, sample))
         tokenizer = AutoTokenizer.from_pretrained(folders["bpe"])
 
+    if not getattr(tokenizer, "is_fast", False):
+        raise DataError(f"the tokenizer ({tokenizer_config.path or type(tokenizer).__name__}) is not a fast "
+                        "(tokenizers) tokenizer: give tokenizer.path a folder with a tokenizer.json")
     tokens_key = fingerprint(FORMAT, corpus_key, hashlib.blake2b(tokenizer.backend_tokenizer.to_str().encode())
                              .hexdigest(), data.max_length)
     folders["tokenized"] = _entry(cache, f"tokenized-{tokens_key}", lambda tmp: _tokenize(
         tmp, corpus, files, keep, tokenizer, src, tgt, data.max_length))
     tokenized = _load_splits(folders["tokenized"]).remove_columns("_truncated")
+    truncated = json.loads((folders["tokenized"] / "manifest.json").read_text())["truncated"]
+    for split, count in truncated.items():
+        if count:
+            logger.warning("%s: %d of %d examples are truncated to data.max_length=%d tokens", split, count,
+                           len(tokenized[split]), data.max_length)
     text = DatasetDict({split: (dataset if keep[split].all() else dataset.select(np.flatnonzero(keep[split])))
                         .remove_columns(CLEANING_MARKS) for split, dataset in marked.items()})
-    return PreparedData(text=text, tokenized=tokenized, tokenizer=tokenizer, report=report, folders=folders)
+    return PreparedData(text=text, tokenized=tokenized, tokenizer=tokenizer, report=report, folders=folders,
+                        truncated=truncated)
 
 
 # --- entries -------------------------------------------------------------------------------------------------------
@@ -235,6 +253,9 @@ def _write_shards(batches, folder: Path, stem: str, schema: pa.Schema) -> list[t
                 writer = pa.ipc.new_stream(str(folder / shards[-1][0]), schema)
             writer.write_batch(batch)
             shards[-1] = (shards[-1][0], shards[-1][1] + batch.num_rows)
+        if writer is None:  # a split without rows (a Hub split can be empty) still has its shard
+            shards.append((f"{stem}-00000.arrow", 0))
+            writer = pa.ipc.new_stream(str(folder / shards[-1][0]), schema)
     finally:
         if writer is not None:
             writer.close()
@@ -252,9 +273,10 @@ def _run_pass(function, jobs: list[tuple], rows: int, desc: str) -> list:
                 results.append(function(job))
                 bar.update(results[-1][0])
             return results
-        with _forked_tokenizers(), multiprocessing.get_context("fork").Pool(workers) as pool:
+        # a worker that dies (killed, out of memory) breaks the pool with an error instead of a wait without end
+        with _forked_tokenizers(), ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
             results = []
-            for result in pool.imap(function, jobs):
+            for result in pool.map(function, jobs):
                 results.append(result)
                 bar.update(result[0])
             return results
@@ -283,7 +305,7 @@ def _read_splits(tmp: Path, data, splits: list[str]) -> dict[str, list[tuple[str
     pair; anything else read with `read_parallel` first."""
     src, tgt = data.source_lang, data.target_lang
     path = None if isinstance(data.path, Mapping) else Path(str(data.path)).expanduser()
-    if path is not None and path.is_dir() and any(_text_files(path).values()):
+    if path is not None and path.is_dir() and any(text_files(path).values()):
         sources = {split: (files, None) for split, files in text_split_files(path, src, tgt, splits).items()}
     else:
         sources = {split: (None, dataset) for split, dataset in
@@ -353,11 +375,13 @@ def _learn_bpe(tmp: Path, corpus: Path, names: list[str], keep: np.ndarray, src:
     used = len(range(0, kept, stride))
     logger.info("learning a joint BPE of %d tokens on %d of %d training pairs", tokenizer_config.vocab_size, used,
                 kept)
-    # tokenizers' own progress bars write to stdout: ours counts the sentences it reads (the merges follow, faster)
+    # ours counts the sentences read; tokenizers' own bars (which also show the merges) write to stdout, so only on
+    # a terminal
     texts = tqdm(_kept_texts(corpus, names, keep, src, tgt, stride), total=2 * used, unit=" sentences",
                  desc="Learning BPE")
     tokenizer = train_tokenizer(texts, vocab_size=tokenizer_config.vocab_size,
-                                min_frequency=tokenizer_config.min_frequency, length=2 * used)
+                                min_frequency=tokenizer_config.min_frequency, length=2 * used,
+                                show_progress=sys.stdout.isatty() and sys.stderr.isatty())
     tokenizer.save_pretrained(tmp)
 
 
@@ -402,7 +426,11 @@ def _tokenize(tmp: Path, corpus: Path, files: dict[str, list[str]], keep: dict[s
               src: str, tgt: str, max_length: int | None) -> None:
     if max_length is not None and max_length < 2:
         raise ValueError(f"max_length must be at least 2 (one token and </s>), not {max_length}")
-    backend, tokenized, truncated = tokenizer.backend_tokenizer, {}, {}
+    # the encoding `tokenizer(source, text_target=target, truncation=False)` gives: whole sentences, no padding
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.no_truncation()
+    backend.no_padding()
+    tokenized, truncated = {}, {}
     for split, names in files.items():
         offsets = np.cumsum([0] + [_rows(corpus / name) for name in names])
         whole = keep[split].all()
@@ -411,9 +439,6 @@ def _tokenize(tmp: Path, corpus: Path, files: dict[str, list[str]], keep: dict[s
         results = _run_pass(_tokenize_shard, jobs, int(offsets[-1]), f"Tokenizing {split}")
         tokenized[split] = [out for _, out, _ in results]
         truncated[split] = sum(count for _, _, count in results)
-        if truncated[split]:
-            logger.warning("%s: truncated %d of %d examples to max_length=%d tokens", split, truncated[split],
-                           int(keep[split].sum()), max_length)
     (tmp / "manifest.json").write_text(json.dumps({"splits": tokenized, "truncated": truncated}, indent=1) + "\n")
 
 

@@ -142,7 +142,7 @@ def _language_of(path: Path) -> str | None:
     return None
 
 
-def _text_files(folder: Path) -> dict[str, dict[str, Path]]:
+def text_files(folder: Path) -> dict[str, dict[str, Path]]:
     """``{split: {lang: path}}`` for the ``{split}.{lang}`` files in ``folder``."""
     found: dict[str, dict[str, Path]] = {}
     for path in sorted(folder.iterdir()):
@@ -160,7 +160,7 @@ def text_split_files(folder: Path, src_lang: str, tgt_lang: str,
                      splits: Sequence[str] | None) -> dict[str, tuple[Path, Path]]:
     """``{split: (source file, target file)}`` of a folder of ``{split}.{lang}`` files, the training split first;
     DataError for an unknown language or a split without both files."""
-    files = _text_files(folder)
+    files = text_files(folder)
     languages = sorted({lang for per_split in files.values() for lang in per_split})
     for lang in (src_lang, tgt_lang):
         if lang not in languages:
@@ -526,7 +526,7 @@ def read_parallel(
                              cache_dir)
     path = Path(source).expanduser()
     if path.is_dir():
-        if any(_text_files(path).values()):
+        if any(text_files(path).values()):
             return _read_text_folder(path, src_lang, tgt_lang, splits)
         tables = {p.stem: p for p in sorted(path.iterdir()) if p.suffix.lower() in TABULAR_SUFFIXES}
         if not tables:

@@ -94,85 +94,64 @@ class FastDecoding:
     decoded by our loop when it can (else by transformers'), scored with the call's length penalty style."""
 
     def generate(self, model: nn.Module, transformers_generate, inputs, generation_config, style: str, kwargs: dict):
-        config = generation_config if generation_config is not None else model.generation_config
         with gnmt_scoring(model, style):
-            loop = self.loop_for(model, config, kwargs)
-            if loop is not None:
-                kwargs = {**kwargs, "custom_generate": loop}
+            if hands_over(model, generation_config, kwargs) is None:
+                kwargs = {**kwargs, "custom_generate": decoding_loop}
             return transformers_generate(inputs, generation_config=generation_config, **kwargs)
-
-    @staticmethod
-    def loop_for(model: nn.Module, generation_config, kwargs: dict):
-        """Our loop for this generate() call (a `custom_generate` callable), or None for transformers' own."""
-        effective = copy.deepcopy(generation_config)
-        model_kwargs = effective.update(**kwargs)  # generation settings go into the config; the rest is returned
-        loop, reason = call_blocker(model, effective, model_kwargs)
-        if reason is not None or not loops_agree_with_transformers():
-            return None
-        streamer = model_kwargs.get("streamer")  # generate() does not pass it on to a custom loop
-
-        def vaswani_mt_decoding_loop(model, input_ids, logits_processor, stopping_criteria, generation_config,
-                                     **model_kwargs):
-            return run_loop(model, loop, input_ids, logits_processor, stopping_criteria, generation_config, streamer,
-                            model_kwargs)
-        return vaswani_mt_decoding_loop
 
 
 FAST_DECODING = FastDecoding()
 
-# Settings of a generate() call that our loops run themselves or that generate() handles before the loop (anything
-# else — decoder_input_ids, inputs_embeds, prefix_allowed_tokens_fn, ... — goes to transformers' loop).
-_KNOWN_CALL_ARGUMENTS = {"input_ids", "attention_mask", "encoder_outputs", "labels", "use_cache", "logits_processor",
-                         "stopping_criteria", "streamer", "synced_gpus"}
+# The generation modes whose loop is transformers' `_sample` or `_beam_search`: generate() may hand such a call to
+# our loop, which runs it (greedy, beam search) or passes it on to that transformers loop. Any other mode (assisted
+# decoding, the modes transformers loads from the Hub) never reaches our loop.
+_LOOPS_OF_MODES = {"greedy_search": "greedy", "sample": "greedy", "beam_search": "beam", "beam_sample": "beam"}
 # Generation settings whose effect lives outside the decoding loop or is reproduced here; any other output option
-# sends generate() to transformers' loop.
+# sends the call to transformers' loop.
 _OUTPUT_OPTIONS = ("return_dict_in_generate", "output_scores", "output_logits", "output_attentions",
                    "output_hidden_states")
 
 
-def call_blocker(model: nn.Module, generation_config, call_kwargs: dict) -> tuple[str | None, str | None]:
-    """(loop, reason): which of our loops ("greedy" / "beam") could decode a generate() call with this (effective)
-    generation config and these non-generation arguments, and why it cannot (None when it can)."""
-    loop = {"greedy_search": "greedy", "beam_search": "beam"}.get(
-        getattr(generation_config.get_generation_mode(call_kwargs.get("assistant_model")), "value", None))
+def hands_over(model: nn.Module, generation_config, kwargs: dict) -> str | None:
+    """Why a generate() call stays wholly with transformers (a short reason), or None when generate() may hand its
+    decoding loop to ours. What the loop then does is decided on the settings generate() prepared (`decoding_loop`);
+    here only what must be known before: a streamer (generate() passes none to a custom loop, and checks it against
+    beam search only without one), an assistant, a custom loop of the caller's, and a mode with another loop, judged
+    on the model's and the call's generation config alike (generate() merges the two)."""
     if not getattr(model, "use_fast_decoding", True):
-        return loop, "use_fast_decoding is off"
-    if loop is None:
-        return None, "sampling" if generation_config.do_sample else "a generation mode without a fast loop"
-    if model.training:
-        return loop, "model in training mode (dropout)"
-    if call_kwargs.get("synced_gpus"):
-        return loop, "synced_gpus"
-    if not generation_config.use_cache:
-        return loop, "use_cache=False"
-    for option in _OUTPUT_OPTIONS:
-        if getattr(generation_config, option, False):
-            return loop, option
-    unknown = {k for k, v in call_kwargs.items() if v is not None} - _KNOWN_CALL_ARGUMENTS
-    if unknown:
-        return loop, f"arguments {sorted(unknown)}"
-    return loop, None
+        return "use_fast_decoding is off"
+    for name in ("streamer", "assistant_model", "custom_generate", "synced_gpus"):
+        if kwargs.get(name):
+            return name
+    for config in {id(c): c for c in (model.generation_config, generation_config) if c is not None}.values():
+        effective = copy.deepcopy(config)
+        effective.update(**kwargs)
+        mode = getattr(effective.get_generation_mode(), "value", None)
+        if mode not in _LOOPS_OF_MODES:
+            return f"generation mode {mode}"
+    return None
 
 
-def run_loop(model, loop: str, input_ids, logits_processor, stopping_criteria, generation_config, streamer,
-             model_kwargs: dict):
-    """Our `loop` for a call generate() prepared, or transformers' loop when the prepared call holds what ours does
-    not cover after all (a transformers that prepares calls differently)."""
-    model_kwargs.pop("synced_gpus", None)
-    reason = fast_decoding_blocker(model, input_ids, generation_config, model_kwargs, loop=loop)
-    if reason is None:
+def decoding_loop(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
+    """The decoding loop generate() runs for a call it handed over (`custom_generate`): ours (greedy or beam search)
+    when it covers what generate() prepared, else transformers' loop for the call's mode."""
+    mode = getattr(generation_config.get_generation_mode(), "value", None)
+    loop = _LOOPS_OF_MODES.get(mode)
+    reason = "generation mode %s" % mode if loop is None else fast_decoding_blocker(
+        model, input_ids, generation_config, model_kwargs, model_kwargs.pop("synced_gpus", False), loop)
+    if reason is None and loops_agree_with_transformers():
         if loop == "greedy":
             return greedy_search(model, input_ids, logits_processor, stopping_criteria, generation_config,
-                                 streamer=streamer, **model_kwargs)
+                                 **model_kwargs)
         return beam_search(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs)
-    transformers_loop = getattr(GenerationMixin, _TRANSFORMERS_LOOPS[loop], None)
+    name = _TRANSFORMERS_LOOPS.get(loop)
+    transformers_loop = getattr(GenerationMixin, name, None) if name else None
     if transformers_loop is None:
         raise RuntimeError(f"vaswani_mt cannot decode this call ({reason}) and transformers "
-                           f"{transformers.__version__} has no GenerationMixin.{_TRANSFORMERS_LOOPS[loop]} to hand it "
-                           "to: pass use_fast_decoding=False on the model (model.use_fast_decoding = False)")
-    extra = {"streamer": streamer} if loop == "greedy" else {}
+                           f"{transformers.__version__} has no GenerationMixin.{name} to hand it to: set "
+                           "model.use_fast_decoding = False")
     return transformers_loop(model, input_ids, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
-                             generation_config=generation_config, synced_gpus=False, **extra, **model_kwargs)
+                             generation_config=generation_config, synced_gpus=False, **model_kwargs)
 
 
 # --- the loops checked against transformers' by what they decode --------------------------------------------------
@@ -199,11 +178,14 @@ def loops_agree_with_transformers() -> bool:
         token = _checking.set(True)
         try:
             _agreement[key] = _decode_check_model()
+            problem = "decode differently from"
+        except Exception as error:  # noqa: BLE001 - any failure of the check means: do not use our loops
+            _agreement[key], problem = False, f"failed ({type(error).__name__}: {error}) beside"
         finally:
             _checking.reset(token)
         if not _agreement[key]:
-            _warn_once(f"vaswani_mt's decoding loops decode differently from transformers {transformers.__version__}'s "
-                       "own on a check model")
+            _warn_once(f"vaswani_mt's decoding loops {problem} transformers {transformers.__version__}'s own on a "
+                       "check model")
     return _agreement[key]
 
 
@@ -241,6 +223,25 @@ def gnmt_length_penalty(length, alpha: float):
     return ((5.0 + length) / 6.0) ** alpha
 
 
+_gnmt_call: ContextVar[bool] = ContextVar("vaswani_mt_gnmt_call", default=False)
+
+
+class _GnmtHook:
+    """A model's own `name` helper: transformers' helper of the model's class, which scores with GNMT's penalty
+    during a "gnmt" generate() call of this thread or task (`_gnmt_call`) and is left as it is otherwise. Holds the
+    model, not a bound method, so that copies and pickles of the model carry a hook of their own."""
+
+    def __init__(self, model: nn.Module, name: str):
+        self.model, self.name = model, name
+
+    def __call__(self, *args, **kwargs):
+        cls = type(self.model)
+        helper = inspect.getattr_static(cls, self.name).__get__(self.model, cls)  # bound as the class binds it
+        if not _gnmt_call.get():
+            return helper(*args, **kwargs)
+        return with_gnmt_penalty(self.name, helper, args, kwargs)
+
+
 @contextmanager
 def gnmt_scoring(model: nn.Module, style: str):
     """Inside, beam search on `model` scores finished hypotheses with GNMT's penalty when `style` is "gnmt"."""
@@ -253,15 +254,14 @@ def gnmt_scoring(model: nn.Module, style: str):
                    "beams are scored with length ** length_penalty", prefix="vaswani_mt: ")
         yield
         return
-    for name in _GNMT_HOOKS:  # the instance's own attribute wins over the class's method
-        helper = getattr(model, name)  # the class's, bound as the class binds it (some helpers are static)
-        model.__dict__[name] = lambda *args, _name=name, _helper=helper, **kwargs: with_gnmt_penalty(
-            _name, _helper, args, kwargs)
+    for name in _GNMT_HOOKS:  # the instance's own attribute wins over the class's method; installed once
+        if not isinstance(model.__dict__.get(name), _GnmtHook):
+            model.__dict__[name] = _GnmtHook(model, name)
+    token = _gnmt_call.set(True)
     try:
         yield
     finally:
-        for name in _GNMT_HOOKS:
-            model.__dict__.pop(name, None)
+        _gnmt_call.reset(token)
 
 
 # transformers' helper -> (the parameter the GNMT penalty divides, how transformers counts |Y| from the parameters)
