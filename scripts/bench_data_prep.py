@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import subprocess
@@ -33,15 +32,11 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_common import cpu_model  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 def generate(folder: Path, pairs: int, seed: int = 0) -> None:
@@ -52,7 +47,8 @@ def generate(folder: Path, pairs: int, seed: int = 0) -> None:
     en = (MULTI30K / "train.en").read_text(encoding="utf-8").split("\n")[:-1]
     de = (MULTI30K / "train.de").read_text(encoding="utf-8").split("\n")[:-1]
     rng = random.Random(seed)
-    with open(folder / "train.en", "w", encoding="utf-8") as fen, open(folder / "train.de", "w", encoding="utf-8") as fde:
+    with (open(folder / "train.en", "w", encoding="utf-8") as fen,
+          open(folder / "train.de", "w", encoding="utf-8") as fde):
         for start in range(0, pairs, 100_000):
             picks = [(rng.randrange(len(en)), rng.randrange(len(en))) for _ in range(min(100_000, pairs - start))]
             fen.write("".join(f"{en[a]} {en[b]}\n" for a, b in picks))

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_common import HELPER_PIDS, SMALL_SHAPE, fmt_range, measure  # noqa: E402
+from benchmark_common import HELPER_PIDS, SMALL_SHAPE, cpu_model, fmt_range, measure  # noqa: E402
 
 SENTENCES, SOURCE_TOKENS, NEW_TOKENS = 64, 15, 40
 
@@ -207,7 +207,8 @@ def main(argv=None) -> int:
                         got = [[tokens.index(t) for t in row] for row in got["tokens"]]
                         ct2_match[f"{suffix.strip() or '2x1'} {mode}"] = sum(g == h for g, h in zip(got, hf))
 
-    print(f"torch {torch.__version__}, {args.threads} threads; {SENTENCES} sentences x {SOURCE_TOKENS} tokens, "
+    print(f"CPU: {cpu_model()}; torch {torch.__version__}, {args.threads} threads; {SENTENCES} sentences x "
+          f"{SOURCE_TOKENS} tokens, "
           f"{NEW_TOKENS} new tokens; {args.repetitions} repetitions", file=sys.stderr)
     for system in systems.values():  # warm-up
         system()
@@ -218,6 +219,7 @@ def main(argv=None) -> int:
         return [SENTENCES / s for s in results[name].seconds]
 
     print()
+    print(f"CPU: {cpu_model()}")
     print("| system | mode | sent/s (median) | min–max | vs Marian | disturbed reps |")
     print("|---|---|---|---|---|---|")
     for mode in ("greedy", "beam4"):

@@ -19,6 +19,15 @@ SMALL_SHAPE = dict(
 )
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), printed beside every figure: ratios differ between CPUs."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "unknown CPU"
+
+
 def _cpu_busy_seconds() -> tuple[float, float]:
     """(busy CPU-seconds of the whole machine, wall-clock seconds) from /proc/stat."""
     with open("/proc/stat") as f:
