@@ -43,6 +43,15 @@ def make_tiny_model():
 
 
 @pytest.fixture
+def model_dir(model, tokenizer, tmp_path):
+    """The test module's `model` and `tokenizer` saved in a folder, as `vaswani-mt translate` and the demo load them."""
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
 def padded_batch():
     """A source/target batch with padding on both sides (pad id 0), ids in the tiny vocabulary."""
     generator = torch.Generator().manual_seed(1)

@@ -32,14 +32,6 @@ def model(tokenizer):
     return stopping_model(tokenizer)
 
 
-@pytest.fixture
-def model_dir(model, tokenizer, tmp_path):
-    folder = tmp_path / "model"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def components(demo) -> dict:
     return {c["props"]["elem_id"]: c for c in demo.get_config_file()["components"] if c["props"].get("elem_id")}
 

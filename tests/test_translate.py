@@ -6,19 +6,11 @@ import sys
 
 import pytest
 import torch
-
 from tiny_tokenizer import SENTENCES
+
 from vaswani_mt import VaswaniForConditionalGeneration
 from vaswani_mt.cli.translate import main
 from vaswani_mt.inference.translate import translate_lines
-
-
-@pytest.fixture
-def model_dir(model, tokenizer, tmp_path):
-    folder = tmp_path / "model"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def echo_generate(calls):

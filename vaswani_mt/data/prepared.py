@@ -71,7 +71,8 @@ from .reading import (
     text_split_files,
     translation_schema,
 )
-from .tokenization import EOS_ID, train_tokenizer
+from .tokenization import train_tokenizer
+from .tokenizing import check_max_length, truncate
 
 logger = logging.getLogger(__name__)
 
@@ -397,11 +398,7 @@ def _encode(pairs: pa.StructArray, backend, src: str, tgt: str, max_length: int 
     columns = {}
     for name, lang in (("input_ids", src), ("labels", tgt)):
         ids = [encoding.ids for encoding in backend.encode_batch(pairs.field(lang).to_pylist())]
-        if max_length is not None:
-            for row, sequence in enumerate(ids):
-                if len(sequence) > max_length:
-                    ids[row] = sequence[: max_length - 1] + [EOS_ID]
-                    truncated[row] = True
+        truncated |= np.array(truncate(ids, max_length), dtype=bool)
         columns[name] = pa.array(ids, type=pa.list_(pa.int32()))
     return pa.table({**columns, "_truncated": pa.array(truncated)}, schema=TOKEN_SCHEMA)
 
@@ -424,8 +421,7 @@ def _tokenize_shard(job: tuple) -> tuple[int, str, int]:
 
 def _tokenize(tmp: Path, corpus: Path, files: dict[str, list[str]], keep: dict[str, np.ndarray], tokenizer,
               src: str, tgt: str, max_length: int | None) -> None:
-    if max_length is not None and max_length < 2:
-        raise ValueError(f"max_length must be at least 2 (one token and </s>), not {max_length}")
+    check_max_length(max_length)
     # the encoding `tokenizer(source, text_target=target, truncation=False)` gives: whole sentences, no padding
     backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
     backend.no_truncation()

@@ -15,6 +15,21 @@ logger = logging.getLogger(__name__)
 
 
 
+def check_max_length(max_length: int | None) -> None:
+    if max_length is not None and max_length < 2:
+        raise ValueError(f"max_length must be at least 2 (one token and </s>), not {max_length}")
+
+
+def truncate(rows: list[list[int]], max_length: int | None) -> list[bool]:
+    """Cut, in place, every token list longer than `max_length` to `max_length` tokens ending in </s> (the model
+    must still see where the sentence ends); which rows were cut."""
+    cut = [max_length is not None and len(ids) > max_length for ids in rows]
+    for row, is_cut in enumerate(cut):
+        if is_cut:
+            rows[row] = rows[row][: max_length - 1] + [EOS_ID]
+    return cut
+
+
 def _tokenize_batch(
     batch: dict[str, list], tokenizer: Any, src_lang: str, tgt_lang: str,
     max_length: int | None, with_attention_mask: bool,
@@ -27,14 +42,7 @@ def _tokenize_batch(
         return_attention_mask=False,
     )
     input_ids, labels = encoded["input_ids"], encoded["labels"]
-    truncated = [False] * len(pairs)
-    if max_length is not None:
-        for column in (input_ids, labels):
-            for row, ids in enumerate(column):
-                if len(ids) > max_length:
-                    # Keep the final </s>: the model must still see where the sentence ends.
-                    column[row] = ids[: max_length - 1] + [EOS_ID]
-                    truncated[row] = True
+    truncated = [a or b for a, b in zip(truncate(input_ids, max_length), truncate(labels, max_length))]
     result = {"input_ids": input_ids, "labels": labels, "_truncated": truncated}
     if with_attention_mask:
         result["attention_mask"] = [[1] * len(ids) for ids in input_ids]
@@ -84,8 +92,7 @@ def _tokenize_split(
 ) -> Dataset:
     if TRANSLATION_COLUMN not in dataset.column_names:
         raise DataError(f"{split}: no 'translation' column to tokenise (columns: {dataset.column_names})")
-    if max_length is not None and max_length < 2:
-        raise ValueError(f"max_length must be at least 2 (one token and </s>), not {max_length}")
+    check_max_length(max_length)
     tokenized = dataset.map(
         _tokenize_batch,
         batched=True,
