@@ -26,7 +26,7 @@ source sentences (outputs may then differ on a GPU, where logits are near-tied).
 
 Every repetition runs every system once (A B A B ...), each run ends with `torch.cuda.synchronize()`, after waiting
 for other processes to leave the CPU (benchmark_common.measure). The device (GPU or CPU model), torch and transformers
-versions are printed beside every table; the tables at the end are Markdown, ready for the README. Without a CUDA
+versions are printed beside every table; the tables at the end are Markdown, ready for docs/speed.md. Without a CUDA
 device (and `--device cuda`, the default) it says so in one line, measures nothing and exits 0.
 
 Needs vaswani_mt importable, which imports datasets and sacremoses; never imports ctranslate2 or matplotlib. On the

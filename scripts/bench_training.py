@@ -23,7 +23,7 @@ for other processes to go quiet; disturbed repetitions are redone. Prints target
 min–max), the ratio to Marian at the same precision and to Marian fp32.
 
 `--loss training`: the label-smoothed loss (ε = 0.1) each model trains with: ours through
-`vaswani_mt.recipe.loss` (what `VaswaniTrainer` uses; block by block on CPU), Marian through transformers'
+`vaswani_mt.recipe.loss.training_loss` (what `VaswaniTrainer` uses; block by block on CPU), Marian through transformers'
 `LabelSmoother` (what `Seq2SeqTrainer(label_smoothing_factor=0.1)` uses), plus `ours log_softmax loss`: the
 same loss through the model's one-log_softmax function (the training loss before the blockwise one).
 `--malloc keep`: glibc's malloc keeps freed memory in the process, as `vaswani-mt train` sets it on CPU
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     training_loss = args.loss == "training"
     if training_loss:
         from vaswani_mt.model.modeling_vaswani import label_smoothed_cross_entropy as log_softmax_loss
-        from vaswani_mt.recipe.loss import label_smoothed_cross_entropy
+        from vaswani_mt.recipe.loss import training_loss as trainers_loss
     mallocs = {"as-is": {"": None}, "keep": {"": keep_freed}, "both": {", malloc default": MALLOC_DEFAULT,
                                                                        ", malloc keeps": keep_freed}}[args.malloc]
     systems = {}
@@ -171,11 +171,11 @@ def main(argv=None) -> int:
                     copy.deepcopy(ours), batch, args.steps, bf16, ours_training_loss(log_softmax_loss), malloc)
             systems[f"ours{suffix} {precision}"] = step_runner(
                 copy.deepcopy(ours), batch, args.steps, bf16,
-                ours_training_loss(label_smoothed_cross_entropy) if training_loss else None, malloc)
+                ours_training_loss(trainers_loss) if training_loss else None, malloc)
     tokens = int(batch["labels"].numel())
     print(f"CPU {Hardware.of_this_machine().cpu}; loss {args.loss}; malloc {args.malloc}", file=sys.stderr)
-    print(f"shape {args.shape}; torch {torch.__version__}, {args.threads} threads; {PAIRS} pairs x {LENGTH} tokens = {tokens} target "
-          f"tokens/step; {args.repetitions} repetitions x {args.steps} steps", file=sys.stderr)
+    print(f"shape {args.shape}; torch {torch.__version__}, {args.threads} threads; {PAIRS} pairs x {LENGTH} tokens = "
+          f"{tokens} target tokens/step; {args.repetitions} repetitions x {args.steps} steps", file=sys.stderr)
     for run in systems.values():  # warm-up (allocates Adam state)
         run()
     results = measure(systems, args.repetitions, args.idle_threshold, args.max_wait, args.max_redo,

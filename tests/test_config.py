@@ -161,7 +161,7 @@ def test_the_shipped_de_en_config_is_the_en_de_one_with_the_languages_swapped():
 def test_the_shipped_cpu_protocol_config_is_the_en_de_one_on_lowercased_tokenized_text():
     from vaswani_mt.recipe.config import load_run_config
 
-    # README "The literature protocol on 2 CPU cores": the cased CPU recipe (dropout 0.2, 9,000 updates of 4,096
+    # docs/results.md, multi30k-en-de-lctok-cpu: the cased CPU recipe (dropout 0.2, 9,000 updates of 4,096
     # tokens, cool-down) on multi30k-en-de-lctok's data; the measured run's config.yaml resolves to this one
     en_de, cpu = load_run_config("multi30k-en-de").to_dict(), load_run_config("multi30k-en-de-lctok-cpu").to_dict()
     assert (en_de["data"]["preprocess"], cpu["data"]["preprocess"]) == (None, "lowercase_moses")
@@ -228,7 +228,7 @@ def test_the_cpu_configs_average_the_weights_of_their_last_ten_epochs_and_quick_
 
     for name in ("multi30k-en-de", "multi30k-de-en"):
         t = load_run_config(name).training
-        # 111 token-budget batches of 4,096 tokens make one epoch of Multi30k's training split (README).
+        # 111 token-budget batches of 4,096 tokens make one epoch of Multi30k's training split (docs/recipe.md).
         assert (t.max_tokens, t.average_every, t.average_last) == (4096, 111, 10), name
         quick = load_run_config(name, quick=True).training
         assert quick.max_steps // quick.average_every == quick.average_last, name
@@ -254,7 +254,7 @@ def test_the_cased_multi30k_configs_train_with_dropout_0_2_and_the_protocol_conf
         config = load_run_config(name, quick=quick)
         return VaswaniConfig.from_preset(config.model.preset, **config.model.config).dropout
 
-    # 0.2 was chosen on valid (README "Choosing the Multi30k recipe"); --quick runs train with it too
+    # 0.2 was chosen on valid (docs/recipe.md, "Dropout"); --quick runs train with it too
     for quick in (False, True):
         assert (dropout("multi30k-en-de", quick), dropout("multi30k-de-en", quick)) == (0.2, 0.2)
         assert dropout("multi30k-en-de-lctok", quick) == 0.3  # its own key, though it extends multi30k-en-de

@@ -6,7 +6,7 @@ and a sentence longer than the model holds get one message in the page. A screen
 Run with ``pytest -m browser`` (not part of the default run). Skipped, with the reason, without gradio, selenium or
 /usr/bin/chromium (``apt-get install chromium chromium-driver``). ``VASWANI_MT_DEMO_MODEL=FOLDER`` runs it on that
 model instead of a tiny random one, and ``VASWANI_MT_DEMO_SCREENSHOT=FILE`` keeps the screenshot there (the
-README's docs/demo.png was taken so, with the model of the quick Multi30k run).
+screenshot docs/demo.png, shown in docs/inference.md, was taken so, with the model of the quick Multi30k run).
 """
 
 import os

@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vaswani_mt.model.modeling_vaswani import label_smoothed_cross_entropy as log_softmax_loss
+from vaswani_mt.model.modeling_vaswani import label_smoothed_cross_entropy
 from vaswani_mt.recipe import loss as recipe_loss
-from vaswani_mt.recipe.loss import label_smoothed_cross_entropy
+from vaswani_mt.recipe.loss import blockwise_label_smoothed_cross_entropy, training_loss
 
 VOCAB = 11
 PAD = 1
@@ -42,7 +42,7 @@ def _batch(seed=0, shape=(3, 7), dtype=torch.float32):
 
 
 # The training loss (blockwise on CPU) and the model's own function (one log_softmax) meet the same specification.
-BOTH = pytest.mark.parametrize("loss_function", [label_smoothed_cross_entropy, log_softmax_loss],
+BOTH = pytest.mark.parametrize("loss_function", [training_loss, label_smoothed_cross_entropy],
                                ids=["training_loss", "models_loss"])
 
 
@@ -60,7 +60,7 @@ def test_matches_brute_force_smoothed_distribution(epsilon, pad_token_id, loss_f
 
 def test_epsilon_zero_equals_cross_entropy_sum_exactly():
     logits, labels = _batch()
-    loss, nll, _ = label_smoothed_cross_entropy(logits, labels, epsilon=0.0)
+    loss, nll, _ = training_loss(logits, labels, epsilon=0.0)
     expected = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1), reduction="sum")
     assert torch.equal(loss, expected) and torch.equal(nll, expected)
 
@@ -80,7 +80,7 @@ def test_ignored_and_pad_positions_get_no_loss_and_zero_gradient():
     logits, labels = _batch(seed=2)
     labels[1, 0] = PAD  # a label equal to the pad id is skipped like -100
     logits = logits.requires_grad_()
-    loss, _, count = label_smoothed_cross_entropy(logits, labels, 0.1, pad_token_id=PAD)
+    loss, _, count = training_loss(logits, labels, 0.1, pad_token_id=PAD)
     loss.backward()
     skipped = (labels == -100) | (labels == PAD)
     assert count.item() == (~skipped).sum().item()
@@ -107,8 +107,9 @@ def test_blockwise_training_loss_equals_the_models_loss_in_value_and_gradient(mo
     logits, labels = _batch(seed=6, shape=(4, 9), dtype=dtype)
     labels[1, 0] = PAD
     blockwise, reference = logits.clone().requires_grad_(), logits.clone().requires_grad_()
-    loss, nll, count = label_smoothed_cross_entropy(blockwise, labels, 0.1, pad_token_id=pad_token_id)
-    expected_loss, expected_nll, expected_count = log_softmax_loss(reference, labels, 0.1, pad_token_id=pad_token_id)
+    loss, nll, count = blockwise_label_smoothed_cross_entropy(blockwise, labels, 0.1, pad_token_id=pad_token_id)
+    expected_loss, expected_nll, expected_count = label_smoothed_cross_entropy(reference, labels, 0.1,
+                                                                              pad_token_id=pad_token_id)
     (0.7 * loss + 0.3 * nll).backward()
     (0.7 * expected_loss + 0.3 * expected_nll).backward()
     torch.testing.assert_close(loss, expected_loss)
@@ -119,11 +120,26 @@ def test_blockwise_training_loss_equals_the_models_loss_in_value_and_gradient(mo
                                else 1.3e-6, atol=1e-5)
 
 
+@pytest.mark.parametrize("epsilon,blockwise", [(0.1, True), (0.0, False)])
+def test_the_training_loss_is_computed_block_by_block_on_cpu_when_smoothing(monkeypatch, epsilon, blockwise):
+    calls = []
+
+    def recorded(*args, **kwargs):
+        calls.append(args)
+        return blockwise_label_smoothed_cross_entropy(*args, **kwargs)
+
+    monkeypatch.setattr(recipe_loss, "blockwise_label_smoothed_cross_entropy", recorded)
+    logits, labels = _batch(seed=8)
+    torch.testing.assert_close(training_loss(logits, labels, epsilon, pad_token_id=PAD),
+                               label_smoothed_cross_entropy(logits, labels, epsilon, pad_token_id=PAD))
+    assert len(calls) == blockwise
+
+
 def test_training_loss_of_float32_logits_leaves_the_logits_unchanged():
     logits, labels = _batch(seed=7)
     before = logits.clone()
     logits.requires_grad_()
-    label_smoothed_cross_entropy(logits, labels, 0.1, pad_token_id=PAD)[0].backward()
+    training_loss(logits, labels, 0.1, pad_token_id=PAD)[0].backward()
     assert torch.equal(logits.detach(), before)
 
 
@@ -131,9 +147,9 @@ def test_sum_over_half_batches_divided_by_total_tokens_equals_full_batch_mean():
     """The gradient-accumulation / data-parallel property: normalise once by the global token count."""
     logits, labels = _batch(seed=4, shape=(4, 9))
     labels[0, 2:] = -100  # the halves have very different token counts
-    full_loss, _, full_count = label_smoothed_cross_entropy(logits, labels, 0.1, pad_token_id=PAD)
+    full_loss, _, full_count = training_loss(logits, labels, 0.1, pad_token_id=PAD)
     halves = [
-        label_smoothed_cross_entropy(logits[rows], labels[rows], 0.1, pad_token_id=PAD)
+        training_loss(logits[rows], labels[rows], 0.1, pad_token_id=PAD)
         for rows in (slice(0, 2), slice(2, 4))
     ]
     total_tokens = sum(count for _, _, count in halves)
@@ -147,7 +163,7 @@ def test_sum_over_half_batches_divided_by_total_tokens_equals_full_batch_mean():
 
 def test_bfloat16_logits_are_computed_in_float32():
     logits, labels = _batch(seed=5)
-    loss, nll, _ = label_smoothed_cross_entropy(logits.bfloat16(), labels, 0.1, pad_token_id=PAD)
+    loss, nll, _ = training_loss(logits.bfloat16(), labels, 0.1, pad_token_id=PAD)
     expected, _, _ = _brute_force(logits.bfloat16().float(), labels, 0.1, pad_token_id=PAD)
     assert loss.dtype == torch.float32 and nll.dtype == torch.float32
     torch.testing.assert_close(loss, expected)
@@ -157,7 +173,7 @@ def test_smoothed_loss_exceeds_nll_for_a_confident_correct_model():
     labels = torch.tensor([[3, 4, 5]])
     logits = torch.full((1, 3, VOCAB), -10.0)
     logits[0, torch.arange(3), labels[0]] = 10.0
-    loss, nll, _ = label_smoothed_cross_entropy(logits, labels, 0.1)
+    loss, nll, _ = training_loss(logits, labels, 0.1)
     assert loss > nll  # over-confidence is penalised (§5.4 "hurts perplexity")
 
 
@@ -165,16 +181,16 @@ def test_smoothed_loss_exceeds_nll_for_a_confident_correct_model():
 def test_epsilon_outside_unit_interval_is_rejected(epsilon):
     logits, labels = _batch()
     with pytest.raises(ValueError, match="epsilon"):
-        label_smoothed_cross_entropy(logits, labels, epsilon)
+        training_loss(logits, labels, epsilon)
 
 
 def test_shape_mismatch_names_both_shapes():
     logits, labels = _batch()
     with pytest.raises(ValueError, match=r"\(3, 7, 11\).*\(3, 6\)"):
-        label_smoothed_cross_entropy(logits, labels[:, :6])
+        training_loss(logits, labels[:, :6])
 
 
 def test_pad_id_outside_vocabulary_is_rejected():
     logits, labels = _batch()
     with pytest.raises(ValueError, match="pad_token_id"):
-        label_smoothed_cross_entropy(logits, labels, pad_token_id=VOCAB)
+        training_loss(logits, labels, pad_token_id=VOCAB)

@@ -1,7 +1,7 @@
 """Offline BLEU/chrF: the bundled evaluate module and the plain scoring functions."""
 
-import sacrebleu
 import pytest
+import sacrebleu
 
 from vaswani_mt.metrics import METRIC_DIR, corpus_scores, load_metric, moses_tokenized_bleu
 

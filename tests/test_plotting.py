@@ -8,8 +8,8 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from vaswani_mt.cli.plot_schedule import main as plot_schedule_command  # noqa: E402
-from vaswani_mt.publishing import plots as plotting  # noqa: E402
-from vaswani_mt.publishing.plots import plot_schedule, plot_training_curves  # noqa: E402
+from vaswani_mt.recipe import plots as plotting  # noqa: E402
+from vaswani_mt.recipe.plots import plot_schedule, plot_training_curves  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

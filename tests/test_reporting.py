@@ -1,5 +1,5 @@
-"""What `vaswani-mt train` tells its user while it runs and at its end (`vaswani_mt.cli.reporting`); the same output of a
-real run is checked in tests/test_train_cli.py."""
+"""What `vaswani-mt train` tells its user while it runs and at its end (`vaswani_mt.recipe.progress`,
+`vaswani_mt.cli.reporting`); the same output of a real run is checked in tests/test_train_cli.py."""
 
 import io
 import logging
@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from vaswani_mt.cli import reporting
-from vaswani_mt.cli.reporting import TrainingProgress, duration, run_summary
+from vaswani_mt.cli.reporting import run_summary
+from vaswani_mt.recipe import progress as reporting
+from vaswani_mt.recipe.progress import TrainingProgress, duration
 
 
 class Clock:
@@ -118,7 +119,7 @@ METRICS = {
 
 
 def test_the_summary_names_the_model_the_test_scores_with_signatures_the_time_and_the_next_commands():
-    summary = run_summary(METRICS, Path("runs/my run"), 5130, ("en", "de"))
+    summary = run_summary(METRICS, Path("runs/my run"), 5101, ("en", "de"))
     assert summary.splitlines()[0] == "finished in 1 h 25 min (3006 updates)"
     assert "runs/my run/model  (best checkpoint checkpoint-3000)" in summary
     assert "test2016      BLEU 35.76  nrefs:1|case:mixed|eff:no|tok:13a" in summary
@@ -130,4 +131,5 @@ def test_the_summary_names_the_model_the_test_scores_with_signatures_the_time_an
 
 
 def test_durations_read_as_people_write_them():
-    assert [duration(s) for s in (4.4, 65, 3599, 5130)] == ["4 s", "1 min 05 s", "59 min 59 s", "1 h 25 min"]
+    assert [duration(s) for s in (4.4, 65, 3599, 5101, 5090.4)] == ["4 s", "1 min 05 s", "59 min 59 s", "1 h 25 min",
+                                                              "1 h 25 min"]

@@ -168,10 +168,10 @@ def test_resumed_scheduler_keeps_the_saved_cooldown():
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"cooldown_steps": 5}, "cooldown_steps needs total_steps"),
+    ({"cooldown_steps": 5}, r"cooldown_steps \(5\) needs total_steps"),
     ({"cooldown_steps": 11, "total_steps": 10}, r"cooldown_steps \(11\) exceeds total_steps \(10\)"),
-    ({"cooldown_steps": 0, "total_steps": 10}, "cooldown_steps must be > 0"),
-], ids=["no-total", "longer-than-run", "zero"])
+    ({"cooldown_steps": -1, "total_steps": 10}, "cooldown_steps must be > 0"),
+], ids=["no-total", "longer-than-run", "negative"])
 def test_scheduler_rejects_a_cooldown_it_cannot_apply(kwargs, message):
     with pytest.raises(ValueError, match=message):
         NoamLR(_optimizer(), d_model=64, warmup_steps=3, **kwargs)
@@ -185,3 +185,14 @@ def test_resuming_with_another_cooldown_than_the_saved_one_is_refused():
     without = NoamLR(_optimizer(), d_model=64, warmup_steps=3).state_dict()
     with pytest.raises(ValueError, match="the saved schedule has cooldown_steps=None"):
         NoamLR(_optimizer(), d_model=64, warmup_steps=3, cooldown_steps=5, total_steps=12).load_state_dict(without)
+
+
+def test_a_cooldown_of_zero_updates_is_no_cooldown():
+    plain = NoamLR(_optimizer(), d_model=64, warmup_steps=3)
+    zero = NoamLR(_optimizer(), d_model=64, warmup_steps=3, cooldown_steps=0, total_steps=12)
+    assert zero.cooldown_steps is None
+    for _ in range(12):
+        assert plain.get_last_lr() == zero.get_last_lr()
+        for scheduler in (plain, zero):
+            scheduler.optimizer.step()
+            scheduler.step()

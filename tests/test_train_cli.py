@@ -14,9 +14,9 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
+from vaswani_mt.cli.train import main as train_main
 from vaswani_mt.publishing.model_card import render_model_card
 from vaswani_mt.recipe.config import ConfigError, load_run_config, parse_overrides
-from vaswani_mt.cli.train import main as train_main
 from vaswani_mt.recipe.trainer import SAVING_MARKER, complete_checkpoints, is_complete_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,7 +71,8 @@ def run_train(*args: str, timeout: int = 300, umask: int = -1) -> subprocess.Com
     (["--training.length_penalty_style", "gnm"], "training.length_penalty_style must be one of transformers, gnmt"),
     (["--training.average_every", "0"], "training.average_every must be > 0"),
     (["--training.average_every", "3", "--training.average_last", "1"], "which must then be at least 2, got 1"),
-    (["--training.cooldown_steps", "0"], "training.cooldown_steps must be > 0"),
+    (["--training.cooldown_steps", "-1"], "training.cooldown_steps must be >= 0 (0: none), got -1"),
+    (["--data.max_length", "1"], "data.max_length must be at least 2 (one token and </s>), got 1"),
     (["--training.cooldown_steps", "13"], "training.cooldown_steps (13) exceeds training.max_steps (12)"),
     (["--training.cooldown_steps", "5", "--training.max_steps", "null", "--training.max_minutes", "5"],
      "training.cooldown_steps (5) needs training.max_steps"),
@@ -374,8 +375,8 @@ def test_a_checkpoint_missing_a_file_it_must_have_does_not_count_and_resume_remo
                                                                                        damage):
     """The one completeness rule (vaswani_mt.files.checkpoint_problem): `--resume`, averaging at the end of training
     and `vaswani-mt average --run-dir` all read it."""
-    from vaswani_mt.recipe.averaging import find_checkpoints
     from vaswani_mt.files import remove_incomplete_checkpoints
+    from vaswani_mt.recipe.averaging import find_checkpoints
 
     checkpoints = _copy_run(reference_run, tmp_path / "run") / "checkpoints"
     damaged = checkpoints / "checkpoint-10"
@@ -421,12 +422,14 @@ def test_bad_data_is_one_line_and_leaves_no_run_folder_so_the_retry_is_not_refus
 
 def test_a_full_disk_while_saving_a_checkpoint_is_one_line_naming_it(tmp_path, small_corpus, capsys, monkeypatch,
                                                                      restore_logging):
-    import errno
+    import os
 
     import torch
 
-    def full_disk(*args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def full_disk(*args, **kwargs):  # the disk fills up: no blocks left, and torch's error says nothing of space
+        no_blocks_left = os.statvfs_result((4096, 4096, 1000, 0, 0, 100, 50, 50, 0, 255))
+        monkeypatch.setattr(os, "statvfs", lambda path: no_blocks_left)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
 
     monkeypatch.setattr(torch, "save", full_disk)  # what the Trainer writes the optimizer state with
     config = tiny_config(tmp_path, small_corpus, max_steps=2, eval_steps=2)
@@ -447,19 +450,29 @@ def test_training_torch_compile_reaches_the_trainers_arguments(tmp_path, small_c
 
 
 def test_every_training_setting_of_the_config_reaches_the_trainers_arguments_and_back(tmp_path, small_corpus):
-    from vaswani_mt.recipe.trainer import SAME_SETTING, VaswaniTrainingArguments
+    """A training key that names a trainer argument is that argument; the others arrive converted."""
+    import dataclasses
+
+    from vaswani_mt.recipe.config import TrainingConfig
+    from vaswani_mt.recipe.trainer import VaswaniTrainingArguments
 
     overrides = ["--training.warmup_steps", "123", "--training.noam_factor", "2.5", "--training.label_smoothing",
                  "0.2", "--training.num_beams", "5", "--training.max_grad_norm", "1.5", "--training.seed", "7",
-                 "--training.max_steps", "40", "--training.keep_checkpoints", "3", "--training.average_last", "2"]
+                 "--training.max_steps", "40", "--training.keep_checkpoints", "3", "--training.average_last", "2",
+                 "--training.cooldown_steps", "10", "--training.num_epochs", "3"]
     training = load_run_config(str(tiny_config(tmp_path, small_corpus)), parse_overrides(overrides)).training
     args = VaswaniTrainingArguments.from_config(training, str(tmp_path))
-    for key, argument in SAME_SETTING.items():
-        assert getattr(args, argument) == getattr(training, key), key
+    arguments = {f.name for f in dataclasses.fields(VaswaniTrainingArguments)}
+    shared = [f.name for f in dataclasses.fields(TrainingConfig) if f.name in arguments]
+    assert {"warmup_steps", "noam_factor", "label_smoothing", "max_grad_norm", "seed", "cooldown_steps",
+            "max_tokens", "bf16", "torch_compile"} <= set(shared)
+    for key in shared:
+        assert getattr(args, key) == getattr(training, key), key
     assert (args.max_steps, args.save_steps, args.checkpoint_limit) == (40, training.eval_steps, 4)
+    assert (args.generation_num_beams, args.num_train_epochs) == (5, 3)
     settings = args.recipe_settings()
-    assert {key: settings[key] for key in SAME_SETTING} == {key: getattr(training, key) for key in SAME_SETTING}
-    assert settings["max_steps"] == 40
+    assert {key: settings[key] for key in shared} == {key: getattr(training, key) for key in shared}
+    assert (settings["max_steps"], settings["num_beams"], settings["num_epochs"]) == (40, 5, 3)
 
 
 def test_the_trainers_argument_defaults_are_the_run_configs(tmp_path):
@@ -475,7 +488,7 @@ def test_the_trainers_argument_defaults_are_the_run_configs(tmp_path):
 
 
 def test_resume_accepts_a_config_that_differs_only_in_what_the_card_and_quick_read(tmp_path, small_corpus):
-    from vaswani_mt.cli.train import _what_trains
+    from vaswani_mt.recipe.run import _what_trains
 
     first = load_run_config(str(tiny_config(tmp_path, small_corpus)))
     later = load_run_config(str(tiny_config(tmp_path, small_corpus)),
@@ -534,3 +547,25 @@ def test_a_time_budget_that_stops_a_run_inside_its_cooldown_is_logged_and_named_
     assert f"the run stopped at update {updates}, before the end of its cool-down at training.max_steps 12" in log
     card = render_model_card(run_dir)
     assert f"linear fall to 0 over updates 9-12 (not in the paper), but the run stopped at update {updates}" in card
+
+
+# -- the same run from Python ------------------------------------------------------------------------------------------
+
+def test_train_run_trains_from_python_returns_the_record_and_leaves_the_callers_logging_alone(tmp_path, small_corpus):
+    from vaswani_mt import RunRecord, load_run_config, train_run
+
+    config = load_run_config(str(tiny_config(tmp_path, small_corpus, test_split="test", max_steps=4)))
+    root, package = logging.getLogger(), logging.getLogger("vaswani_mt")
+    handlers, levels = root.handlers[:], (root.level, package.level)
+    record = train_run(config)
+    assert (root.handlers, (root.level, package.level)) == (handlers, levels)
+    run_dir = tmp_path / "run"
+    assert isinstance(record, RunRecord) and record.training.steps == 4
+    assert record.to_json() == json.loads((run_dir / "metrics.json").read_text())
+    assert record.test.bleu_signature.startswith("nrefs:1|")
+    assert "train: done, 4 updates in " in (run_dir / "train.log").read_text()
+    with pytest.raises(ConfigError, match="already holds a run: pass --resume"):
+        train_run(config)
+    before = _files(run_dir)
+    assert train_run(config, resume=True).to_json() == record.to_json()
+    assert _files(run_dir) == before

@@ -32,7 +32,7 @@ if str(TESTS_DIR) not in sys.path:
 from trainer_helpers import common  # noqa: E402
 from trainer_helpers.common import PER_DEVICE_BATCH  # noqa: E402
 
-from vaswani_mt.recipe.loss import label_smoothed_cross_entropy  # noqa: E402
+from vaswani_mt.recipe.loss import training_loss  # noqa: E402
 from vaswani_mt.recipe.schedule import NoamLR, noam_lr  # noqa: E402
 from vaswani_mt.recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments, bleu_chrf_metrics  # noqa: E402
 
@@ -145,7 +145,7 @@ def test_logged_loss_and_gradient_are_the_label_smoothed_loss_summed_over_the_ba
     model = common.make_model(seed=0).train()
     batch = common.pad_collator(examples)
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).logits
-    loss_sum, _, num_tokens = label_smoothed_cross_entropy(logits, batch["labels"], epsilon=0.1, pad_token_id=0)
+    loss_sum, _, num_tokens = training_loss(logits, batch["labels"], epsilon=0.1, pad_token_id=0)
     loss = loss_sum / num_tokens
     loss.backward()
     grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
@@ -248,7 +248,7 @@ def test_evaluate_under_two_processes_scores_each_of_an_odd_number_of_examples_o
 def test_stock_seq2seq_trainer_would_score_a_duplicate_row_in_the_same_setup(ddp_results):
     """Control for the test above: stock Seq2SeqTrainer (transformers 5.23) gathers with `accelerator.gather`, which
     keeps the padding row of the uneven last batch. If this fails, upstream changed and the override in
-    `VaswaniTrainer.gather_function` may have become unnecessary."""
+    `VaswaniTrainer.evaluation_loop` may have become unnecessary."""
     for result in ddp_results["ranks"]:
         stock = result["evaluate_stock"]
         assert stock["world_size"] == 2
@@ -312,8 +312,16 @@ def test_a_cooldown_longer_than_the_run_is_refused_naming_the_setting(tmp_path):
     trainer = VaswaniTrainer(model=common.make_model(),
                              args=VaswaniTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True,
                                                            cooldown_steps=20))
-    with pytest.raises(ValueError, match=r"^cooldown_steps \(20\) exceeds the run's 10 updates"):
+    with pytest.raises(ValueError, match=r"^cooldown_steps \(20\) exceeds the run's updates \(10\)"):
         trainer.create_optimizer_and_scheduler(num_training_steps=10)
+
+
+def test_a_cooldown_of_zero_updates_means_none(tmp_path):
+    trainer = VaswaniTrainer(model=common.make_model(),
+                             args=VaswaniTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True,
+                                                           cooldown_steps=0))
+    trainer.create_optimizer_and_scheduler(num_training_steps=10)
+    assert trainer.lr_scheduler.cooldown_steps is None
 
 
 # --- 6. arguments and optimizer ----------------------------------------------------------------------------------
@@ -325,8 +333,9 @@ def test_a_cooldown_longer_than_the_run_is_refused_naming_the_setting(tmp_path):
     ({"label_smoothing": -0.1}, r"label_smoothing must be in \[0, 1\)"),
     ({"label_smoothing": 1.0}, r"label_smoothing must be in \[0, 1\)"),
     ({"label_smoothing_factor": 0.1}, "use label_smoothing"),
-    ({"cooldown_steps": 0}, "cooldown_steps must be > 0"),
-], ids=["warmup-0", "warmup-negative", "smoothing-negative", "smoothing-1", "label_smoothing_factor", "cooldown-0"])
+    ({"cooldown_steps": -1}, r"cooldown_steps must be >= 0 \(0: none\)"),
+], ids=["warmup-0", "warmup-negative", "smoothing-negative", "smoothing-1", "label_smoothing_factor",
+        "cooldown-negative"])
 def test_training_arguments_reject_invalid_recipe_settings(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         VaswaniTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, **overrides)

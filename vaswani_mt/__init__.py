@@ -16,11 +16,17 @@ from .data.tokenizing import tokenize_dataset
 from .metrics import corpus_scores, load_metric, moses_tokenized_bleu
 from .model.configuration_vaswani import PRESETS, VaswaniConfig
 from .model.fast_decoding import FAST_DECODING
-from .model.modeling_vaswani import VaswaniForConditionalGeneration, VaswaniModel, VaswaniPreTrainedModel
+from .model.modeling_vaswani import (
+    VaswaniForConditionalGeneration,
+    VaswaniModel,
+    VaswaniPreTrainedModel,
+    label_smoothed_cross_entropy,
+)
 from .model.pipeline_vaswani import TranslationPipeline, register_translation_pipeline, save_for_pipeline
 from .publishing.model_card import trainer_model_card
 from .recipe.averaging import average_checkpoints, find_checkpoints
-from .recipe.loss import label_smoothed_cross_entropy
+from .recipe.config import ConfigError, RunConfig, load_run_config
+from .recipe.run import train_run
 from .recipe.schedule import NoamLR, make_adam, noam_curve, noam_lr
 from .recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments
 from .run_record import RunRecord
@@ -49,6 +55,8 @@ __all__ = [
     "RunRecord",
     "CleaningOptions",
     "CleaningReport",
+    "ConfigError",
+    "RunConfig",
     "DataError",
     "NoamLR",
     "TokenBudgetBatchSampler",
@@ -64,6 +72,7 @@ __all__ = [
     "find_checkpoints",
     "label_smoothed_cross_entropy",
     "load_metric",
+    "load_run_config",
     "load_parallel",
     "make_adam",
     "moses_tokenized_bleu",
@@ -74,5 +83,6 @@ __all__ = [
     "register_translation_pipeline",
     "save_for_pipeline",
     "tokenize_dataset",
+    "train_run",
     "train_tokenizer",
 ]

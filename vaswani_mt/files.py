@@ -35,6 +35,9 @@ DELETING_PREFIX = "deleting-"
 # process). Without any of them a resumed run would not continue exactly where the checkpoint left off.
 CHECKPOINT_FILES = ("config.json", "trainer_state.json", "optimizer.pt", "scheduler.pt", "training_args.bin")
 _CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
+# Less space than this available counts as none (`no_space_left`): a file system can refuse a write while it still
+# reports a few free blocks, kept for its own metadata.
+NO_SPACE_MARGIN = 1 << 20
 
 
 # --- weights ----------------------------------------------------------------------------------------------------
@@ -317,39 +320,46 @@ def share_weights(folder: str | os.PathLike) -> None:
         os.chmod(path, mode)
 
 
-def is_disk_full(error: BaseException) -> bool:
-    """Whether `error` (an OSError, or a library's own error wrapping one) says the device is full."""
-    return getattr(error, "errno", None) == errno.ENOSPC or "No space left on device" in str(error)
-
-
 @contextlib.contextmanager
 def writing(path: str | os.PathLike) -> Iterator[None]:
-    """Turn a failure to write `path` into an OSError that names it: libraries (torch.save, safetensors, a write()
-    on a full disk) often raise errors without the file name, or with none of the words "no space left"."""
+    """Report a failure to write `path` as an OSError that names it, e.g. "no space left on device: PATH".
+
+    An OSError keeps its errno and gets the path. torch.save and safetensors report a failed write with errors of
+    their own (a RuntimeError, a SafetensorError) that carry no errno and no file name: when one escapes, the file
+    system says what happened. No space left there (:func:`no_space_left`) makes it an ENOSPC OSError naming
+    `path`. Otherwise a SafetensorError, which safetensors raises when it could not write the file (it removes its
+    temporary file first, so the disk may have room again by now), becomes an EIO OSError with its first line, and
+    a RuntimeError (a CUDA error, a bug) goes on unchanged, with its traceback."""
     try:
         yield
     except BrokenPipeError:
         raise
     except OSError as error:
         raise OSError(error.errno, _reason(error), str(path)) from error
-    except (RuntimeError, SafetensorError) as error:  # how torch.save and safetensors report failed writes
-        if not (is_disk_full(error) or _is_write_failure(error)):
-            raise  # a CUDA error, a bug: not a file problem, keep its traceback
-        raise OSError(errno.ENOSPC if is_disk_full(error) else errno.EIO, _reason(error), str(path)) from error
+    except (RuntimeError, SafetensorError) as error:
+        if no_space_left(path):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from error
+        if isinstance(error, SafetensorError):
+            raise OSError(errno.EIO, first_line(error), str(path)) from error
+        raise
 
 
-def _is_write_failure(error: BaseException) -> bool:
-    """The messages torch.save and safetensors give when the bytes could not be written."""
-    message = str(error).lower()
-    return isinstance(error, SafetensorError) or any(
-        words in message for words in ("file write failed", "unexpected pos", "pytorchstreamwriter", "write failed",
-                                       "error writing", "i/o error", "input/output error"))
+def no_space_left(path: str | os.PathLike) -> bool:
+    """Whether the file system that holds `path` (or would: its nearest existing folder) has no space left for an
+    unprivileged write: less than `NO_SPACE_MARGIN` bytes available (os.statvfs, through shutil.disk_usage)."""
+    folder = Path(path).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free < NO_SPACE_MARGIN
+    except OSError:  # the file system cannot be asked: nothing is known
+        return False
 
 
-def _reason(error: BaseException) -> str:
-    if is_disk_full(error):
+def _reason(error: OSError) -> str:
+    if error.errno == errno.ENOSPC:
         return "no space left on device"
-    return getattr(error, "strerror", None) or first_line(error)
+    return error.strerror or first_line(error)
 
 
 def first_line(error: BaseException) -> str:
@@ -377,6 +387,7 @@ __all__ = [
     "is_complete_checkpoint",
     "last_saves",
     "new_file_mode",
+    "no_space_left",
     "remove_incomplete_checkpoints",
     "rotate_checkpoints",
     "safetensors_problem",

@@ -4,7 +4,8 @@
 ``metrics.json`` (its presence marks a finished run); the model card and `vaswani-mt push` only read it
 (`RunRecord.read`); `VaswaniTrainer`'s Hub pushes build one from the trainer (`RunRecord.from_trainer`).
 
-A leaf module: it imports nothing from the package but `vaswani_mt.files` (another leaf), so every layer may use it.
+A leaf module: it imports nothing from the package but `vaswani_mt.files` and `vaswani_mt.typed` (leaves too), so
+every layer may use it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from .files import write_atomically
+from .typed import from_mapping
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ class RunRecord:
     @classmethod
     def from_json(cls, values: dict) -> RunRecord:
         """The record of a metrics.json, written by this version or an earlier one (unknown keys are ignored)."""
-        return _build(cls, values)
+        return from_mapping(cls, values, strict=False)
 
     def write(self, folder: RunFolder) -> None:
         """Write metrics.json (atomically: a run folder with one is finished)."""
@@ -239,21 +241,6 @@ def last_validation(history: list[dict], signatures: dict | None = None) -> Vali
 
 def _last(history: list[dict], key: str):
     return next((entry[key] for entry in reversed(history) if key in entry), None)
-
-
-def _build(cls, values):
-    """`cls` (a dataclass) from a JSON mapping, field by field; what does not fit is left at its default."""
-    if not isinstance(values, dict):
-        return cls()
-    hints = {f.name: f for f in dataclasses.fields(cls)}
-    nested = {"training": TrainingFigures, "model": ModelFacts, "selection": Selection, "validation": Validation,
-              "test": TestScores, "hardware": Hardware}
-    kwargs = {}
-    for key, value in values.items():
-        if key not in hints or not hints[key].init:
-            continue
-        kwargs[key] = _build(nested[key], value) if key in nested and value is not None else value
-    return cls(**kwargs)
 
 
 def _read_json(path: Path) -> dict:

@@ -1,11 +1,11 @@
-"""`vaswani-mt plot-schedule`: draw Noam learning-rate curves (§5.3; `vaswani_mt.publishing.plots`)."""
+"""`vaswani-mt plot-schedule`: draw Noam learning-rate curves (§5.3; `vaswani_mt.recipe.plots`)."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
 
-from ..publishing.plots import plot_schedule
+from ..recipe.plots import plot_schedule
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from ..data.reading import NotUTF8Error, iter_lines
 from ..files import describe_os_error, writing
 from ..inference.engines import load_translator, target_preprocessing
-from ..inference.translate import DEFAULT_MAX_TOKENS, DEFAULT_SORT_WINDOW, TranslateError, read_lines
+from ..inference.translate import DEFAULT_MAX_TOKENS, DEFAULT_SORT_WINDOW, TranslateError
 from ..metrics import corpus_scores, tokenized_bleu
 from ..model.modeling_vaswani import LENGTH_PENALTY_STYLES
 
@@ -36,7 +37,7 @@ def _open_input(path: str | None) -> tuple[BinaryIO, str]:
 def _read_all(path: str, what: str) -> list[str]:
     stream, name = _open_input(path)
     with stream:
-        return list(read_lines(stream, f"{what} {name}"))
+        return list(iter_lines(stream, f"{what} {name}"))
 
 
 class _Output:
@@ -112,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     except TranslateError as error:
         print(f"vaswani-mt translate: error: {error}", file=sys.stderr)
         return 1
+    except NotUTF8Error as error:  # in --input or --reference, raised as the lines are read
+        start, raw = error.start, error.raw_line
+        print(f"vaswani-mt translate: error: {error.name}: line {error.line} is not valid UTF-8 ({error.reason} at "
+              f"byte {start}: {raw[max(0, start - 10): start + 10]!r}); convert the file, e.g. with iconv",
+              file=sys.stderr)
+        return 1
     except BrokenPipeError:
         raise  # the reader went away (`... | head -1`): `vaswani-mt` stops quietly
     except OSError as error:
@@ -166,7 +173,7 @@ def _run(args) -> int:
     output = None
     try:
         translations = translate(  # options the engine refuses are refused here, before --output is opened (emptied)
-            read_lines(stream, name), max_tokens=args.max_tokens, sort_window=args.sort_window,
+            iter_lines(stream, name), max_tokens=args.max_tokens, sort_window=args.sort_window,
             num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, on_translated=progress.update, **decoding)
         output = _Output(args.output)
         for translation in translations:

@@ -15,9 +15,16 @@ logger = logging.getLogger(__name__)
 
 
 
-def check_max_length(max_length: int | None) -> None:
+def max_length_problem(max_length: int | None) -> str | None:
+    """The one rule of a length limit: room for one token and </s> (None: no limit)."""
     if max_length is not None and max_length < 2:
-        raise ValueError(f"max_length must be at least 2 (one token and </s>), not {max_length}")
+        return f"max_length must be at least 2 (one token and </s>), got {max_length!r}"
+    return None
+
+
+def check_max_length(max_length: int | None) -> None:
+    if max_length_problem(max_length):
+        raise ValueError(max_length_problem(max_length))
 
 
 def truncate(rows: list[list[int]], max_length: int | None) -> list[bool]:

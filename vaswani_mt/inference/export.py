@@ -28,7 +28,7 @@ Without ``max_decoding_length`` CTranslate2 decodes up to 256 tokens, which a we
 
 Speed on CPU: CTranslate2 4.8 uses its AVX2 kernels even on CPUs with AVX-512 unless ``CT2_FORCE_CPU_ISA=AVX512``
 is in the process environment before ctranslate2 is used (on this project's Intel machine int8 beam search gained
-a few per cent, float32 nothing clear; README "Speed"); for throughput on few cores, several workers of one
+a few per cent, float32 nothing clear; docs/speed.md); for throughput on few cores, several workers of one
 thread (``inter_threads``) beat one worker with several threads.
 """
 
@@ -43,9 +43,8 @@ from pathlib import Path
 
 import torch
 
-from ..model.modeling_vaswani import checked_length_penalty_style, length_penalty_style
+from ..model.modeling_vaswani import OUTPUT_LENGTH_MARGIN, checked_length_penalty_style, length_penalty_style
 from ..model.pipeline_vaswani import text_preprocessing
-from ..model.modeling_vaswani import OUTPUT_LENGTH_MARGIN
 from .translate import TranslateError, decoded_lines, fitting_new_tokens, load_model_and_tokenizer, translate_stream
 
 logger = logging.getLogger(__name__)

@@ -17,13 +17,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # vaswani_mt/__init__.py registered the model
 
 from ..data.batching import pack_by_token_budget
-from ..data.reading import NotUTF8Error, iter_lines
 from ..files import TOKENIZER_FILES, first_line, weights_problem
 from ..model.pipeline_vaswani import encode_source, text_preprocessing
 
@@ -167,20 +165,6 @@ def decoded_lines(tokenizer, rows) -> list[str]:
 # --- files ------------------------------------------------------------------------------------------------------
 
 
-def read_lines(stream: BinaryIO, name: str) -> Iterator[str]:
-    """Lines of a binary stream decoded as UTF-8 (a leading BOM is dropped), without their line ending, read one at
-    a time (:func:`vaswani_mt.data.reading.iter_lines`). Raises TranslateError naming the line when it is not valid
-    UTF-8."""
-    try:
-        yield from iter_lines(stream, name)
-    except NotUTF8Error as error:
-        start, raw = error.start, error.raw_line
-        raise TranslateError(
-            f"{name}: line {error.line} is not valid UTF-8 ({error.reason} at byte {start}: "
-            f"{raw[max(0, start - 10): start + 10]!r}); convert the file, e.g. with iconv"
-        ) from None
-
-
 def load_model_and_tokenizer(folder: str, device: str | None = None):
     """The model (eval mode, on `device`: default cuda when available, else cpu) and tokenizer saved in `folder`.
     Everything that can be checked is checked before the model loads (the device, the files, whole weights), so a
@@ -221,5 +205,5 @@ def usable_device(name: str | None) -> str:
     return name
 
 
-__all__ = ["TranslateError", "decoded_lines", "load_model_and_tokenizer", "read_lines", "usable_device",
+__all__ = ["TranslateError", "decoded_lines", "load_model_and_tokenizer", "usable_device",
            "translate_lines", "translate_stream"]

@@ -98,12 +98,13 @@ class SinusoidalPositions(nn.Module):
 class VaswaniDropout(nn.Dropout):
     """Dropout (§5.4 "Residual Dropout") with a cheaper random mask on CPU.
 
-    torch's CPU dropout draws a Bernoulli sample per element from a scalar generator: ~13 ms for one 4000 x 256
-    activation on this project's 2-core machine, 11 % of a training step of the small model (17 dropouts). Here
-    64 random bits are drawn per 4 elements and each 16-bit slice is compared with a threshold (~3x faster forward
-    and backward). The drop probability is `p` rounded to a multiple of 1/65536 (0.1 -> 0.1000061), and kept
-    values are scaled by exactly 1 / (1 - that probability). The bits come from torch's default generator, so
-    seeding and checkpoint resumption work as with nn.Dropout. Other devices and evaluation: nn.Dropout.
+    torch's CPU dropout draws a Bernoulli sample per element from a scalar generator, slow enough to weigh on a CPU
+    training step (measured on a 2-core AMD EPYC: 13 ms for one 4000 x 256 activation, a tenth of a step of the small
+    model). Here 64 random bits are drawn per 4 elements and each 16-bit slice is compared with a threshold (3x
+    faster forward and backward on that machine). The drop probability is `p` rounded to a multiple of 1/65536
+    (0.1 -> 0.1000061), and kept values are scaled by exactly 1 / (1 - that probability). The bits come from torch's
+    default generator, so seeding and checkpoint resumption work as with nn.Dropout. Other devices and evaluation:
+    nn.Dropout.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -202,8 +203,8 @@ class VaswaniAttention(nn.Module):
         if kwargs.get("output_attentions"):
             implementation = "eager"  # only eager attention returns the weights
         elif query.device.type == "cpu" and query.dtype in (torch.bfloat16, torch.float16):
-            # torch's CPU flash-attention backward in bf16 is ~15x slower than eager's bf16 matmuls (measured on
-            # the small shape), which made bf16 autocast training slower than fp32.
+            # torch's CPU flash-attention backward in bf16 is an order of magnitude slower than eager's bf16 matmuls
+            # (15x, measured on the small shape on a 2-core AMD EPYC): it made bf16 autocast training slower than fp32.
             implementation = "eager"
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         output, weights = attention(
@@ -339,7 +340,8 @@ class VaswaniStack(VaswaniPreTrainedModel):
         self.embed_positions = SinusoidalPositions(config.max_position_embeddings, config.d_model)
         self.embed_dropout = VaswaniDropout(config.dropout)
         # Pre-norm layers leave their residual sum unnormalised; normalise once at the top of the stack.
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_style == "pre" else None
+        pre_norm = config.norm_style == "pre"
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if pre_norm else None
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embed_tokens
@@ -528,7 +530,9 @@ def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
     """A ValueError naming the problem for a batch generate() cannot translate: no sentences, or token ids outside
     the vocabulary (an embedding lookup would fail with an index error deep inside torch, or a device assert)."""
     if input_ids.dim() != 2 or input_ids.shape[0] == 0:
-        raise ValueError(f"generate() needs a batch of token ids [sentences, tokens], got shape {tuple(input_ids.shape)}")
+        raise ValueError(
+            f"generate() needs a batch of token ids [sentences, tokens], got shape {tuple(input_ids.shape)}"
+        )
     if input_ids.numel():
         low, high = torch.stack(torch.aminmax(input_ids)).tolist()  # one device sync
         if low < 0 or high >= vocab_size:
@@ -654,24 +658,26 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         else:
             self.final_logits_bias = None
         self.post_init()
+        self.list_tied_names()  # post_init ties them, but a later transformers may not call tie_weights there
         # The paper's decoding (§6.1): beam size 4, length penalty alpha = 0.6. transformers' length_penalty
-        # divides the beam score by length**alpha, not GNMT's ((5 + length) / 6)**alpha; see the README.
+        # divides the beam score by length**alpha, not GNMT's ((5 + length) / 6)**alpha; see docs/model.md.
         self.generation_config.num_beams = 4
         self.generation_config.length_penalty = 0.6
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
 
-    @property
-    def _keys_to_ignore_on_save(self) -> set[str]:
-        """The other names of tied weights (one tensor under several names, saved once under its first): listed, the
-        Trainer's load_best_model_at_end re-ties them instead of reporting "missing keys". Read from the parameters
-        when needed, so a model untied after construction saves its own output projection."""
-        return self.__dict__.get("_declared_keys_to_ignore_on_save", set()) | _second_names_of_shared_parameters(self)
+    def tie_weights(self, *args, **kwargs):
+        """`PreTrainedModel.tie_weights`, then the tied names listed (`list_tied_names`)."""
+        super().tie_weights(*args, **kwargs)
+        self.list_tied_names()
 
-    @_keys_to_ignore_on_save.setter
-    def _keys_to_ignore_on_save(self, value) -> None:  # transformers' post_init assigns the declared names
-        self.__dict__["_declared_keys_to_ignore_on_save"] = set(value or ())
+    def list_tied_names(self) -> None:
+        """Set `_keys_to_ignore_on_save` to the other names of tied weights (one tensor under several names, saved
+        once under its first), as the weights are tied now: listed, the Trainer's load_best_model_at_end re-ties them
+        instead of reporting "missing keys". Done after every tying and before every save, so a model untied after
+        construction saves its own output projection."""
+        self._keys_to_ignore_on_save = _second_names_of_shared_parameters(self)
 
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
         """`GenerationMixin.generate`, with the paper's output limit (§6.1) as the default: at most
@@ -699,10 +705,12 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         return super().generate(inputs, generation_config=generation_config, **kwargs)
 
     def save_pretrained(self, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, keeping `generation_config.length_penalty_style`: transformers drops the
-        settings it does not know when it reloads a generation config marked as derived from the model config."""
+        """`PreTrainedModel.save_pretrained`, leaving out the second names of tied weights as they are tied now
+        (`list_tied_names`) and keeping `generation_config.length_penalty_style`: transformers drops the settings it
+        does not know when it reloads a generation config marked as derived from the model config."""
         if getattr(self.generation_config, "length_penalty_style", None) is not None:
             self.generation_config._from_model_config = False
+        self.list_tied_names()
         return super().save_pretrained(*args, **kwargs)
 
     def set_output_embeddings(self, value: nn.Linear) -> None:

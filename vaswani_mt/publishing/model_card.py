@@ -26,6 +26,7 @@ import re
 from pathlib import Path
 
 from ..data.reading import is_hub_dataset_id
+from ..recipe.progress import duration
 from ..run_record import RunRecord
 
 TEMPLATE_NAME = "model_card_template.md"
@@ -357,7 +358,7 @@ def _run_rows(t, command) -> list[tuple]:
     if t.epochs is not None:
         rows.append(("Epochs", str(t.epochs)))
     if t.train_runtime_seconds is not None:
-        rows.append(("Training time", _duration(t.train_runtime_seconds) + " (evaluations included)"))
+        rows.append(("Training time", duration(t.train_runtime_seconds) + " (evaluations included)"))
     if t.target_tokens_per_second_median is not None:
         rows.append(("Throughput", f"{t.target_tokens_per_second_median:,.0f} target tokens per second "
                                    "(median over logging intervals)"))
@@ -403,16 +404,6 @@ def _count(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f}{suffix}"
     return str(n)
-
-
-def _duration(seconds: float) -> str:
-    seconds = float(seconds)
-    if seconds < 60:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
-    minutes = seconds / 60
-    if minutes < 60:
-        return f"{minutes:.0f} min"
-    return f"{int(minutes // 60)} h {int(round(minutes % 60))} min"
 
 
 __all__ = ["card_from_template", "load_template", "render_card", "render_model_card", "trainer_model_card"]

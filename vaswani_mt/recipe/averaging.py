@@ -33,8 +33,14 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 
-from ..files import (WEIGHTS_INDEX_NAME, WEIGHTS_NAME, complete_checkpoints,
-                    safetensors_problem, weight_files, write_atomically)
+from ..files import (
+    WEIGHTS_INDEX_NAME,
+    WEIGHTS_NAME,
+    complete_checkpoints,
+    safetensors_problem,
+    weight_files,
+    write_atomically,
+)
 
 # Files of a Trainer checkpoint that are NOT copied into the averaged model folder: the weights
 # themselves (replaced by the average) and the resumable training state of the last checkpoint.

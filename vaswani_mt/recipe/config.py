@@ -7,9 +7,6 @@ suggests the closest known one).
 """
 
 import dataclasses
-import difflib
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,8 +15,10 @@ import yaml
 
 from ..data.reading import is_hub_dataset_id
 from ..data.tokenization import NUM_BYTE_TOKENS, SPECIAL_TOKENS
+from ..data.tokenizing import max_length_problem
 from ..model.configuration_vaswani import PREPROCESSING, PRESETS, VaswaniConfig
-from ..model.modeling_vaswani import LENGTH_PENALTY_STYLES
+from ..typed import MappingError, from_mapping, suggestion
+from .rules import cooldown_problem, positive_problem, setting_problem
 
 SHIPPED_CONFIGS = Path(__file__).parent.parent / "configs"
 
@@ -88,7 +87,7 @@ class TrainingConfig:
     max_minutes: float | None = None  # stop (with a final checkpoint) after this much wall time
     warmup_steps: int = 4000  # Noam warm-up (§5.3)
     noam_factor: float = 1.0  # Noam multiplier (§5.3 uses 1)
-    cooldown_steps: int | None = None  # not in §5.3: the rate falls linearly to 0 over the last N of max_steps
+    cooldown_steps: int | None = None  # not in §5.3: the rate falls linearly to 0 over the last N of max_steps; 0: none
     label_smoothing: float = 0.1  # eps_ls (§5.4)
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
@@ -98,7 +97,7 @@ class TrainingConfig:
     eval_steps: int = 1000  # evaluate (beam search BLEU on valid) and save a checkpoint every N updates
     logging_steps: int = 50
     keep_checkpoints: int = 5  # checkpoints kept on disk (the best by BLEU is always kept as well)
-    average_last: int = 5  # average the last N checkpoints at the end (§6.1); 0 or 1 = no averaging
+    average_last: int = 5  # average the last N checkpoints at the end (§6.1); 0 or 1: no averaging
     average_every: int | None = None  # average weight snapshots taken every N updates (None: the eval checkpoints)
     num_beams: int = 4  # beam size for validation and test (§6.1)
     length_penalty: float = 0.6  # alpha of the length penalty (§6.1), for validation, test and the saved model
@@ -106,7 +105,7 @@ class TrainingConfig:
     seed: int = 1
     num_threads: int | None = None  # torch CPU threads (None: torch's default)
     bf16: bool = False  # bfloat16 autocast
-    torch_compile: bool = False  # torch.compile the model: on CUDA 1.4x the eager bf16 step (base); minutes to compile
+    torch_compile: bool = False  # torch.compile the model: faster steps on CUDA (docs/speed.md), minutes to compile
 
 
 @dataclass
@@ -120,52 +119,6 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def _suggest(name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=1)
-    return f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(sorted(known))}"
-
-
-def _type_ok(value: Any, annotation: Any) -> bool:
-    if annotation is typing.Any:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, arg) for arg in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if origin is not None:
-        annotation = origin
-    return isinstance(value, annotation)
-
-
-def _type_name(annotation: Any) -> str:
-    return str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
-
-
-def _build(cls, values: Any, where: str):
-    if not isinstance(values, dict):
-        raise ConfigError(f"{where or 'config'} must be a mapping of keys to values, got {values!r}")
-    hints = typing.get_type_hints(cls)
-    known = [f.name for f in dataclasses.fields(cls)]
-    kwargs = {}
-    for key, value in values.items():
-        dotted = f"{where}.{key}" if where else str(key)
-        if key not in known:
-            raise ConfigError(f"unknown config key {dotted!r}{_suggest(str(key), known)}")
-        annotation = hints[key]
-        if dataclasses.is_dataclass(annotation):
-            kwargs[key] = _build(annotation, value, dotted)
-        elif not _type_ok(value, annotation):
-            raise ConfigError(f"config key {dotted!r} must be of type {_type_name(annotation)}, got {value!r}")
-        else:
-            kwargs[key] = float(value) if annotation is float else value
-    return cls(**kwargs)
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
@@ -221,7 +174,10 @@ def load_run_config(name_or_path: str | None, overrides: dict[str, Any] | None =
             _set_dotted(raw, dotted, value)
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value)
-    config = _build(RunConfig, raw, "")
+    try:
+        config = from_mapping(RunConfig, raw, noun="config key")
+    except MappingError as error:
+        raise ConfigError(str(error)) from None
     validate(config)
     return config
 
@@ -258,42 +214,20 @@ def _merged(base: dict, over: dict) -> dict:
     return out
 
 
-# The recipe's value rules, one list for both places a setting enters: the run config (`validate`, which names the key
-# training.X) and `VaswaniTrainingArguments` (which names its field).
-_POSITIVE = ("max_tokens", "gradient_accumulation_steps", "max_steps", "num_epochs", "max_minutes", "warmup_steps",
-             "noam_factor", "eval_steps", "logging_steps", "keep_checkpoints", "num_beams", "num_threads",
-             "average_every", "cooldown_steps")
-
-
-def recipe_problem(name: str, value: Any) -> str | None:
-    """What is wrong with the recipe setting `name` = `value` (None: nothing, or no rule for it)."""
-    if name in _POSITIVE and value <= 0:
-        return f"{name} must be > 0, got {value!r}"
-    if name == "label_smoothing" and not 0.0 <= value < 1.0:
-        return f"{name} must be in [0, 1), got {value!r}"
-    if name == "average_last" and value < 0:
-        return f"{name} must be >= 0, got {value!r}"
-    if name == "length_penalty_style" and value not in LENGTH_PENALTY_STYLES:
-        return f"{name} must be one of {', '.join(LENGTH_PENALTY_STYLES)}, got {value!r}"
-    return None
-
-
 def validate(config: RunConfig) -> None:
     """Rules beyond types, checked before any work starts."""
     t = config.training
     for setting in dataclasses.fields(t):
-        value = getattr(t, setting.name)
-        problem = None if value is None else recipe_problem(setting.name, value)
+        problem = setting_problem(setting.name, getattr(t, setting.name))
         if problem:
             raise ConfigError(f"training.{problem}")
-    positive = {"tokenizer.vocab_size": config.tokenizer.vocab_size, "data.max_length": config.data.max_length}
-    if config.data.valid_subset is not None:
-        positive["data.valid_subset"] = config.data.valid_subset
-    if config.tokenizer.sample is not None:
-        positive["tokenizer.sample"] = config.tokenizer.sample
-    for key, value in positive.items():
-        if value <= 0:
-            raise ConfigError(f"{key} must be > 0, got {value!r}")
+    for key, value in {"tokenizer.vocab_size": config.tokenizer.vocab_size,
+                       "data.valid_subset": config.data.valid_subset, "tokenizer.sample": config.tokenizer.sample,
+                       }.items():
+        if value is not None and positive_problem(key, value):
+            raise ConfigError(positive_problem(key, value))
+    if max_length_problem(config.data.max_length):
+        raise ConfigError(f"data.{max_length_problem(config.data.max_length)}")
     reserved = len(SPECIAL_TOKENS) + NUM_BYTE_TOKENS  # ids the joint BPE keeps for special and byte tokens
     if config.tokenizer.path is None and config.tokenizer.vocab_size <= reserved:
         raise ConfigError(f"tokenizer.vocab_size must be above {reserved} (the special and byte tokens take "
@@ -301,11 +235,8 @@ def validate(config: RunConfig) -> None:
     if t.average_every is not None and t.average_last < 2:
         raise ConfigError(f"training.average_every ({t.average_every}) takes snapshots for the average of the last "
                           f"training.average_last, which must then be at least 2, got {t.average_last}")
-    if t.cooldown_steps is not None and t.max_steps is None:
-        raise ConfigError(f"training.cooldown_steps ({t.cooldown_steps}) needs training.max_steps: the cool-down "
-                          "ends at the run's last update, which a number of epochs or minutes does not fix")
-    if t.cooldown_steps is not None and t.cooldown_steps > t.max_steps:
-        raise ConfigError(f"training.cooldown_steps ({t.cooldown_steps}) exceeds training.max_steps ({t.max_steps})")
+    if cooldown_problem(t.cooldown_steps, t.max_steps, "training.max_steps"):
+        raise ConfigError(f"training.{cooldown_problem(t.cooldown_steps, t.max_steps, 'training.max_steps')}")
     if t.average_every is None and t.average_last > t.keep_checkpoints:
         raise ConfigError(f"training.average_last ({t.average_last}) cannot exceed training.keep_checkpoints "
                           f"({t.keep_checkpoints}): older checkpoints are deleted")
@@ -314,14 +245,12 @@ def validate(config: RunConfig) -> None:
         shown = f"{config.data.max_length}, padded to {padded}" if padded != config.data.max_length else padded
         raise ConfigError(f"data.max_length ({shown}) exceeds training.max_tokens ({t.max_tokens}): the longest "
                           "examples would not fit in any batch")
-    if config.data.max_length < 2:
-        raise ConfigError("data.max_length must be at least 2 (one token and </s>)")
     if config.model.preset not in PRESETS:
         raise ConfigError(f"model.preset {config.model.preset!r} is unknown; choose one of {sorted(PRESETS)}")
     known = [f.name for f in dataclasses.fields(VaswaniConfig)]
     for key in config.model.config:
         if key not in known:
-            raise ConfigError(f"unknown config key 'model.config.{key}'{_suggest(key, known)}")
+            raise ConfigError(f"unknown config key 'model.config.{key}'{suggestion(key, known)}")
     try:
         model_config = VaswaniConfig.from_preset(config.model.preset, **{**config.model.config, "vocab_size": 10 ** 6})
     except ValueError as error:

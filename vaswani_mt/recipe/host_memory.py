@@ -5,8 +5,8 @@ with a fresh mmap, and returns it with munmap when the tensor is freed. A traini
 frees blocks of ~80 MB (the [tokens, vocabulary] logits and their gradient at 4,096 tokens and 10,000 BPE tokens),
 so every step the kernel maps, zero-fills and unmaps them again: 5 of 30 seconds of system time in 40 steps on
 the 2-core machine. Serving them from the heap and not trimming it made the `mini` training step 1.73x faster
-there (`python scripts/bench_training.py --shape mini --precision bf16 --loss training --malloc both`, README
-"Speed"). The price: the process keeps its peak memory until it exits, as a training run does anyway.
+there (`python scripts/bench_training.py --shape mini --precision bf16 --loss training --malloc both`,
+docs/speed.md). The price: the process keeps its peak memory until it exits, as a training run does anyway.
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""Label-smoothed cross-entropy (Vaswani et al. 2017, §5.4: ε_ls = 0.1).
+"""The training loss: label-smoothed cross-entropy (Vaswani et al. 2017, §5.4: ε_ls = 0.1), computed block by
+block on CPU.
+
+The loss itself is the model's `label_smoothed_cross_entropy` (`vaswani_mt.model.modeling_vaswani`, one
+``log_softmax`` of the whole logits). This module holds the same function computed block by block of rows
+(:func:`blockwise_label_smoothed_cross_entropy`, for CPU) and :func:`training_loss`, the one place that picks
+between the two for `VaswaniTrainer`. Below: the formulation both compute, and why the block-wise kernel exists.
 
 Formulation
 -----------
@@ -47,41 +53,52 @@ Relation to other implementations
 
 Memory on CPU
 -------------
-The model's own function (``vaswani_mt.model.modeling_vaswani``) takes a float32 ``log_softmax`` of the whole
-``[tokens, V]`` logits; autograd then keeps it, zero-fills two more ``[tokens, V]`` gradients (``nll_loss`` and
-the pad column) and casts the result back to bfloat16 under autocast: ~160 MB per tensor at Multi30k's 10,000-token
-vocabulary and 4,096-token batches, several times that with a WMT vocabulary. Here, on CPU and with ε > 0, the
-same sums and their gradient ``p - q`` are computed block by block of rows, straight from the logits as they come
-(bfloat16 under autocast); the float32 probabilities are recomputed backward instead of kept. Measured on real
-Multi30k batches (2-core AMD EPYC, `mini` shape): peak memory of the training process 2.04 GB instead of 2.77 GB,
-at the same speed (``scripts/bench_training.py --loss training``: within run-to-run noise). Elsewhere (CUDA,
-``torch.compile``, ε = 0) the model's function runs as it is.
+The model's function takes a float32 ``log_softmax`` of the whole ``[tokens, V]`` logits; autograd then keeps it,
+zero-fills two more ``[tokens, V]`` gradients (``nll_loss`` and the pad column) and casts the result back to bfloat16
+under autocast: 164 MB per tensor at a 10,000-token vocabulary and 4,096-token batches, several times that with a WMT
+vocabulary. The block-wise kernel computes the same sums and their gradient ``p - q`` block by block of rows, straight
+from the logits as they come (bfloat16 under autocast), and recomputes the float32 probabilities backward instead of
+keeping them. When it was written it took the peak memory of a CPU training process on Multi30k batches from 2.77 GB
+to 2.04 GB at the same speed (2-core AMD EPYC, `mini` shape; ``scripts/bench_training.py --loss training``).
+:func:`training_loss` uses it on CPU with ε > 0; elsewhere (CUDA, ``torch.compile``, ε = 0) the model's function runs
+as it is.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..model.modeling_vaswani import check_loss_arguments
-from ..model.modeling_vaswani import label_smoothed_cross_entropy as log_softmax_loss
+from ..model.modeling_vaswani import check_loss_arguments, label_smoothed_cross_entropy
 
-__all__ = ["label_smoothed_cross_entropy"]
+__all__ = ["blockwise_label_smoothed_cross_entropy", "training_loss"]
 
 # Rows per block: 64 rows of a 10,000-token vocabulary are 2.5 MB of float32, the size of a core's L2 and L3 share.
 BLOCK_ELEMENTS = 64 * 10_000
 
 
-def label_smoothed_cross_entropy(
+def training_loss(
     logits: torch.Tensor,
     labels: torch.Tensor,
     epsilon: float = 0.1,
     ignore_index: int = -100,
     pad_token_id: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(loss_sum, nll_sum, num_tokens)``: the arguments, results and errors of the model's
-    ``label_smoothed_cross_entropy`` (module docstring), computed block by block on CPU when ε > 0."""
-    if epsilon == 0.0 or logits.device.type != "cpu" or torch.compiler.is_compiling():
-        return log_softmax_loss(logits, labels, epsilon, ignore_index=ignore_index, pad_token_id=pad_token_id)
+    """``(loss_sum, nll_sum, num_tokens)`` of `label_smoothed_cross_entropy` (same arguments and errors), as
+    `VaswaniTrainer` computes it: block by block on CPU when ε > 0, the model's function as it is elsewhere."""
+    blockwise = epsilon > 0.0 and logits.device.type == "cpu" and not torch.compiler.is_compiling()
+    loss = blockwise_label_smoothed_cross_entropy if blockwise else label_smoothed_cross_entropy
+    return loss(logits, labels, epsilon, ignore_index=ignore_index, pad_token_id=pad_token_id)
+
+
+def blockwise_label_smoothed_cross_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    epsilon: float = 0.1,
+    ignore_index: int = -100,
+    pad_token_id: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The model's `label_smoothed_cross_entropy` (arguments, results, errors), computed block by block of rows of
+    CPU logits without keeping ``[tokens, V]`` float32 tensors for the backward pass (module docstring)."""
     check_loss_arguments(logits, labels, epsilon, pad_token_id)
     vocab_size = logits.shape[-1]
     targets = labels.reshape(-1)
@@ -104,8 +121,8 @@ class _BlockwiseSmoothedCrossEntropy(torch.autograd.Function):
     """Per counted row, with p = softmax(logits): ``nll = -log p_y``,
     ``loss = (1 - ε - δ) nll + δ Σ_c -log p_c - δ (-log p_pad)``, and
     ``d loss / d logits = p - q`` (q: 1 - ε on y, δ elsewhere, 0 on pad), ``d nll / d logits = p - onehot(y)``.
-    (log_)softmax, not exp: torch.exp on CPU is ~15x slower where its results fall below float32's normal range,
-    as most of a trained model's probabilities do."""
+    (log_)softmax, not exp: torch.exp on CPU is an order of magnitude slower where its results fall below float32's
+    normal range, as most of a trained model's probabilities do (12x, measured on a 2-core AMD EPYC)."""
 
     @staticmethod
     def forward(ctx, logits, targets, counted, epsilon, delta, pad_token_id):

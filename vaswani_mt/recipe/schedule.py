@@ -27,10 +27,13 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LRScheduler
 
+from .rules import cooldown_problem, positive_problem
+
 
 def _require_positive(name: str, value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+    problem = positive_problem(name, value)
+    if problem:
+        raise ValueError(problem)
 
 
 def noam_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
@@ -46,12 +49,11 @@ def noam_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> 
 
 
 def _check_cooldown(cooldown_steps: int, total_steps: int | None) -> None:
-    if total_steps is None:
-        raise ValueError("cooldown_steps needs total_steps (the run's length)")
-    _require_positive("total_steps", total_steps)
-    _require_positive("cooldown_steps", cooldown_steps)
-    if cooldown_steps > total_steps:
-        raise ValueError(f"cooldown_steps ({cooldown_steps}) exceeds total_steps ({total_steps})")
+    if total_steps is not None:
+        _require_positive("total_steps", total_steps)
+    problem = cooldown_problem(cooldown_steps, total_steps) or positive_problem("cooldown_steps", cooldown_steps)
+    if problem:
+        raise ValueError(problem)
 
 
 def cooldown_multiplier(step: int, total_steps: int, cooldown_steps: int) -> float:
@@ -87,7 +89,8 @@ class NoamLR(LRScheduler):
     saved, whichever order optimizer and scheduler state are loaded in.
 
     ``cooldown_steps`` (with ``total_steps``, the run's length): the Noam rate times
-    :func:`cooldown_multiplier`, a linear fall to 0 over the last ``cooldown_steps`` updates (module docstring).
+    :func:`cooldown_multiplier`, a linear fall to 0 over the last ``cooldown_steps`` updates (module docstring);
+    0 or None: no cool-down.
     A restored state keeps its own cool-down; one given here as well must be the same.
 
     The optimizer's own initial lr is ignored (see :func:`make_adam`, which passes 1.0).
@@ -106,6 +109,7 @@ class NoamLR(LRScheduler):
         _require_positive("d_model", d_model)
         _require_positive("warmup_steps", warmup_steps)
         _require_positive("factor", factor)
+        cooldown_steps = cooldown_steps or None  # 0: no cool-down
         if cooldown_steps is not None:
             _check_cooldown(cooldown_steps, total_steps)
         self.d_model = d_model

@@ -22,8 +22,16 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from ..files import (DELETING_PREFIX, consecutive_saves, delete_checkpoint, fsync_directory, fsync_tree,
-                     share_weights, weights_problem, writing)
+from ..files import (
+    DELETING_PREFIX,
+    consecutive_saves,
+    delete_checkpoint,
+    fsync_directory,
+    fsync_tree,
+    share_weights,
+    weights_problem,
+    writing,
+)
 
 _SNAPSHOT = re.compile(r"step-(\d+)")
 

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import logging
 import shutil
@@ -41,8 +42,9 @@ from ..files import (  # noqa: F401
 from ..metrics import corpus_scores
 from ..model.pipeline_vaswani import save_for_pipeline
 from ..run_record import RunRecord
-from .config import TrainingConfig, recipe_problem
-from .loss import label_smoothed_cross_entropy
+from .config import TrainingConfig
+from .loss import training_loss
+from .rules import cooldown_problem, setting_problem
 from .schedule import NoamLR, make_adam
 
 logger = logging.getLogger(__name__)
@@ -59,16 +61,6 @@ TRAINER_PRIVATE_HOOKS = {
 }
 
 
-# Run-config `training` keys (`TrainingConfig`) and the `VaswaniTrainingArguments` fields that hold the same setting.
-SAME_SETTING = {
-    "max_tokens": "max_tokens", "gradient_accumulation_steps": "gradient_accumulation_steps",
-    "num_epochs": "num_train_epochs", "warmup_steps": "warmup_steps", "noam_factor": "noam_factor",
-    "cooldown_steps": "cooldown_steps",
-    "label_smoothing": "label_smoothing", "adam_beta1": "adam_beta1", "adam_beta2": "adam_beta2",
-    "adam_epsilon": "adam_epsilon", "weight_decay": "weight_decay", "max_grad_norm": "max_grad_norm",
-    "eval_steps": "eval_steps", "logging_steps": "logging_steps", "num_beams": "generation_num_beams",
-    "seed": "seed", "bf16": "bf16", "torch_compile": "torch_compile",
-}
 _RECIPE = TrainingConfig()  # the recipe's defaults, written once (recipe/config.py)
 
 
@@ -111,22 +103,23 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         if self.save_total_limit is not None:
             self.checkpoint_limit, self.save_total_limit = self.save_total_limit, None
         for name in ("warmup_steps", "label_smoothing", "noam_factor", "max_tokens", "cooldown_steps"):
-            value = getattr(self, name)
-            problem = recipe_problem(name, value) if value is not None else None
-            if problem or (name == "warmup_steps" and not value):
-                raise ValueError(problem or f"warmup_steps must be > 0, got {value!r}")
+            problem = setting_problem(name, getattr(self, name))
+            if problem:
+                raise ValueError(problem)
         if self.label_smoothing_factor:
             raise ValueError("use label_smoothing (the paper's formulation, §5.4), not label_smoothing_factor")
 
     @classmethod
     def from_config(cls, training: TrainingConfig, output_dir: str, **settings) -> VaswaniTrainingArguments:
-        """The arguments of a run config's training section: evaluation (beam-search BLEU on valid) and a checkpoint
-        every `eval_steps`, the best checkpoint by BLEU loaded at the end, `keep_checkpoints` kept besides it.
-        `settings`: further `Seq2SeqTrainingArguments` (e.g. `use_cpu`, `disable_tqdm`)."""
+        """The arguments of a run config's training section. A key that names an argument (`warmup_steps`,
+        `label_smoothing`, `seed`, ...) is that argument; the others say what the run does, and become: evaluation
+        (beam-search BLEU on valid with `num_beams`) and a checkpoint every `eval_steps`, the best checkpoint by BLEU
+        loaded at the end, `keep_checkpoints` kept besides it, `num_epochs` or `max_steps` long. `settings`: further
+        `Seq2SeqTrainingArguments` (e.g. `use_cpu`, `disable_tqdm`)."""
         t = training
+        named = {**_arguments_named_by(t), "max_steps": -1 if t.max_steps is None else t.max_steps}  # -1: epochs
         return cls(
-            output_dir=output_dir, **{argument: getattr(t, key) for key, argument in SAME_SETTING.items()},
-            max_steps=t.max_steps if t.max_steps is not None else -1,
+            output_dir=output_dir, **named, num_train_epochs=t.num_epochs, generation_num_beams=t.num_beams,
             eval_strategy="steps", save_strategy="steps", save_steps=t.eval_steps,
             # +1: the best checkpoint, kept besides the newest ones, counts towards the limit; without it the last
             # `average_last` saves were not all on disk and averaging took the (older) best one instead.
@@ -137,12 +130,19 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     def recipe_settings(self) -> dict:
         """These arguments as a run config's training section (its keys), for a model card of a trainer that was
         given no run config."""
-        section = {key: getattr(self, argument) for key, argument in SAME_SETTING.items()}
-        if self.max_steps and self.max_steps > 0:
-            section["max_steps"] = self.max_steps
+        section = {**_arguments_named_by(self), "num_epochs": self.num_train_epochs,
+                   "num_beams": self.generation_num_beams}
+        if section["max_steps"] <= 0:  # -1: num_epochs decides
+            del section["max_steps"]
         if self.max_tokens is None:
             section["per_device_train_batch_size"] = self.per_device_train_batch_size
         return section
+
+
+def _arguments_named_by(settings) -> dict:
+    """The run config's training keys that are also `VaswaniTrainingArguments` fields, with `settings`' values."""
+    arguments = {f.name for f in dataclasses.fields(VaswaniTrainingArguments)}
+    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(TrainingConfig) if f.name in arguments}
 
 
 def bleu_chrf_metrics(tokenizer, on_signature=None):
@@ -182,6 +182,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if not isinstance(self.args, VaswaniTrainingArguments):
             raise TypeError("VaswaniTrainer needs VaswaniTrainingArguments (the recipe's settings live there)")
         self.bleu_signatures: dict[str, str] | None = None
+        # the Trainer's gather_for_metrics, before Seq2SeqTrainer's switch (see evaluation_loop)
+        self._metrics_gather = getattr(self, "gather_function", None) or self.accelerator.gather_for_metrics
         if self.compute_metrics is None and self.args.predict_with_generate and self.processing_class is not None:
             self.compute_metrics = bleu_chrf_metrics(self.processing_class, self._remember_signatures)
         self._target_tokens_since_log = 0
@@ -208,9 +210,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
             d_model = self.accelerator.unwrap_model(self.model).config.d_model
             # get_warmup_steps: a float warmup_steps < 1 is a fraction of the training steps, as in TrainingArguments.
             # num_training_steps: max_steps, or the updates of num_train_epochs; the cool-down ends there.
-            cooldown = self.args.cooldown_steps
-            if cooldown is not None and cooldown > num_training_steps:
-                raise ValueError(f"cooldown_steps ({cooldown}) exceeds the run's {num_training_steps} updates")
+            problem = cooldown_problem(self.args.cooldown_steps, num_training_steps, "the run's updates")
+            if problem:
+                raise ValueError(problem)
             self.lr_scheduler = NoamLR(optimizer or self.optimizer, d_model=d_model,
                                        warmup_steps=self.args.get_warmup_steps(num_training_steps),
                                        factor=self.args.noam_factor, cooldown_steps=self.args.cooldown_steps,
@@ -262,8 +264,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         outputs = model(**inputs, use_cache=False)
         epsilon = self.args.label_smoothing if model.training else 0.0
         pad_token_id = self.accelerator.unwrap_model(model).config.pad_token_id
-        loss_sum, _, num_tokens = label_smoothed_cross_entropy(outputs.logits, labels, epsilon=epsilon,
-                                                               pad_token_id=pad_token_id)
+        loss_sum, _, num_tokens = training_loss(outputs.logits, labels, epsilon=epsilon, pad_token_id=pad_token_id)
         if model.training:
             self._target_tokens_since_log += int(num_tokens)
         if num_items_in_batch is None:
@@ -299,15 +300,13 @@ class VaswaniTrainer(Seq2SeqTrainer):
             unwrapped.generation_config = saved
 
     # -- evaluation under several processes ---------------------------------------------------------------------
-    @property
-    def gather_function(self):
-        # Seq2SeqTrainer.evaluate/predict switch to accelerator.gather, which keeps the rows that even batches repeat
-        # under multi-process evaluation, so BLEU would score duplicates; gather_for_metrics drops them.
-        return self.accelerator.gather_for_metrics
-
-    @gather_function.setter
-    def gather_function(self, value) -> None:
-        pass
+    def evaluation_loop(self, *args, **kwargs):
+        """The Trainer's evaluation loop, gathering with the Trainer's own `gather_function` (`gather_for_metrics`).
+        `Seq2SeqTrainer.evaluate` / `predict` switch it to `accelerator.gather`, which keeps the rows that even
+        batches repeat under multi-process evaluation, so BLEU would score duplicates; `gather_for_metrics` drops
+        them."""
+        self.gather_function = self._metrics_gather
+        return super().evaluation_loop(*args, **kwargs)
 
     # -- checkpoints that never look complete when a save was interrupted ---------------------------------------
     def _save_checkpoint(self, model, trial=None, *args, **kwargs) -> None:

@@ -1,5 +1,5 @@
-"""Corpus BLEU and chrF with sacreBLEU, shared by the ``evaluate`` metric next to this file and by
-:func:`vaswani_mt.metrics.corpus_scores`.
+"""Corpus BLEU and chrF with sacreBLEU: what the ``evaluate`` metric next to this file computes, and what
+:mod:`vaswani_mt.metrics` exports (:func:`corpus_scores`, and the BLEU of ``moses_tokenized_bleu``).
 
 This file must stay importable on its own (only ``sacrebleu``, no package-relative imports):
 ``evaluate.load`` copies it, together with ``sacrebleu_chrf.py``, into its module cache.
@@ -72,8 +72,12 @@ def corpus_scores(
 ) -> dict[str, Any]:
     """Corpus BLEU and chrF (chrF2: character 6-grams, β = 2) on detokenized text.
 
-    Defaults are sacreBLEU's: cased, ``13a`` tokenization applied by sacreBLEU itself. chrF
-    has no tokenizer (it works on characters); ``lowercase`` applies to both.
+    ``references``: one string per hypothesis, or one list of strings per hypothesis (several
+    references, the same number for every hypothesis). Defaults are sacreBLEU's: cased, ``13a``
+    tokenization applied by sacreBLEU itself; chrF has no tokenizer (it works on characters);
+    ``lowercase`` applies to both. Returns ``bleu``, ``chrf``, their sacreBLEU signatures
+    (``bleu_signature``, ``chrf_signature``) and the BLEU details (``precisions``, ``counts``,
+    ``totals``, ``bp``, ``sys_len``, ``ref_len``).
     """
     scores = bleu_scores(hypotheses, references, lowercase=lowercase, tokenize=tokenize)
     chrf = CHRF(lowercase=lowercase)

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..recipe.schedule import noam_curve
+from .schedule import noam_curve
 
 
 def _new_figure(figsize: tuple[float, float] = (7.0, 4.5)):

@@ -1,0 +1,395 @@
+"""A whole run of the paper's recipe, from a run config to a scored, saved model: `train_run(config) -> RunRecord`.
+
+    from vaswani_mt import load_run_config, train_run
+    record = train_run(load_run_config("multi30k-en-de", quick=True))    # resume=True continues a stopped run
+
+The steps: prepare the data (clean, learn a joint BPE unless one is given (§5.1), tokenize; cached,
+`vaswani_mt.data.prepared`); train with `VaswaniTrainer` (Noam + Adam, label smoothing, token-budget batches, BLEU
+on valid with beam search, checkpoints); average the last checkpoints, or the last weight snapshots with
+`training.average_every` (§6.1, `vaswani_mt.recipe.snapshots`), and keep whichever of {average, best checkpoint}
+scores higher on valid; translate the test split with beam search and score it; write the run folder
+(`vaswani_mt.run_record.RunFolder`):
+
+    config.yaml  train.log  tokenizer/  checkpoints/  [snapshots/]  averaged/  model/  metrics.json  test.hyp  plots/
+
+`metrics.json`, the `RunRecord`, is written last: a folder with one is a finished run. `resume=True` continues from
+the last complete checkpoint after a crash or kill; when training had ended, it only redoes the steps after
+training, and on a finished run it has nothing to do. The same call runs under `torchrun` / `accelerate launch`:
+every process trains, the main one writes the files.
+
+Bad input raises `ConfigError` or `DataError` (one line naming the key, file or line) before the run folder is
+made; a failed write raises an `OSError` naming the file (`vaswani_mt.files.describe_os_error` says it in one line).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, DataCollatorForSeq2Seq, TrainerCallback, TrainerState, set_seed
+
+from ..data.prepared import prepare
+from ..data.tokenization import normalize_text
+from ..files import (
+    checkpoint_step,
+    last_saves,
+    remove_incomplete_checkpoints,
+    share_weights,
+    write_atomically,
+    writing,
+)
+from ..metrics import corpus_scores, moses_tokenized_bleu, tokenized_bleu
+from ..model.configuration_vaswani import VaswaniConfig
+from ..model.modeling_vaswani import VaswaniForConditionalGeneration
+from ..model.pipeline_vaswani import save_for_pipeline
+from ..run_record import (
+    Hardware,
+    ModelFacts,
+    RunFolder,
+    RunRecord,
+    Selection,
+    TestScores,
+    TrainingFigures,
+    last_validation,
+)
+from .averaging import average_checkpoints
+from .config import ConfigError, RunConfig, load_run_config, save_run_config
+from .host_memory import keep_freed_memory
+from .plots import plot_training_curves
+from .progress import TrainingProgress, duration
+from .snapshots import WeightSnapshots, drop_snapshots_after, last_snapshots
+from .trainer import VaswaniTrainer, VaswaniTrainingArguments, complete_checkpoints, is_complete_checkpoint
+
+logger = logging.getLogger("vaswani_mt.train")
+
+
+def train_run(config: RunConfig, resume: bool = False, command: str | None = None) -> RunRecord:
+    """Train, select, score and save the run that `config` describes, in `config.output_dir`; return its record.
+
+    `resume`: continue the run already in `config.output_dir` (with the config it was started with); without it, a
+    folder that already holds a run is refused. `command`: how the run was started, for its record and card."""
+    started = time.perf_counter()
+    run = RunFolder(config.output_dir)
+    if resume and run.record.is_file():
+        logger.info("%s is a finished run (it has %s): nothing to do", run.root, run.record.name)
+        return RunRecord.read(run.root)
+    _check_run_folder(config, run, resume)
+    args = VaswaniTrainingArguments.from_config(
+        config.training, str(run.checkpoints), use_cpu=not torch.cuda.is_available(), report_to=[],
+        ddp_find_unused_parameters=False, dataloader_num_workers=0, disable_tqdm=not sys.stderr.isatty())
+    if config.training.num_threads:
+        torch.set_num_threads(config.training.num_threads)
+    # a resumed run keeps the tokenizer it started with
+    resumed_tokenizer = AutoTokenizer.from_pretrained(run.tokenizer) if resume and (
+        run.tokenizer / "tokenizer.json").exists() else None
+    with args.main_process_first(desc="data"):  # before the run folder exists: bad data leaves nothing behind
+        prepared = prepare(config.data, config.tokenizer, tokenizer=resumed_tokenizer)
+    run.root.mkdir(parents=True, exist_ok=True)
+    with _run_log(run, args.should_save):
+        if args.should_save:
+            with writing(run.config):
+                save_run_config(config, run.config)
+            if config.tokenizer.path is None and resumed_tokenizer is None:
+                prepared.tokenizer.save_pretrained(run.tokenizer)
+        record = _train_and_finish(config, run, args, prepared, resume, command or "")
+        if args.should_save:
+            logger.info("run complete after %s; its record: %s", duration(time.perf_counter() - started), run.record)
+    return record
+
+
+def _check_run_folder(config: RunConfig, run: RunFolder, resume: bool) -> None:
+    """A new run needs an empty folder; a resumed one, the config it was started with (`_what_trains`)."""
+    if not resume:
+        if run.root.exists() and any(run.root.iterdir()):
+            raise ConfigError(f"output_dir {run.root} already holds a run: pass --resume (resume=True) to continue "
+                              "it, or choose another --output-dir")
+        return
+    if run.config.exists() and _what_trains(load_run_config(str(run.config))) != _what_trains(config):
+        raise ConfigError(f"--resume: the config differs from the one {run.config} was started with; resume with "
+                          f"the same config and overrides, or with --config {run.config}")
+
+
+def _what_trains(config: RunConfig) -> dict:
+    """The settings a resumed run must share with its start: all but what only the card and --quick read."""
+    settings = config.to_dict()
+    settings["data"].pop("description", None)
+    settings.pop("quick", None)
+    return settings
+
+
+@contextlib.contextmanager
+def _run_log(run: RunFolder, is_main: bool) -> Iterator[None]:
+    """While the run lasts: the package's progress lines at INFO, written to the run's train.log too (main process;
+    the others say only warnings). Whatever handlers the caller set up (a terminal, a notebook) keep theirs."""
+    package = logging.getLogger("vaswani_mt")
+    level = package.level
+    package.setLevel(logging.INFO if is_main else logging.WARNING)
+    handler = None
+    if is_main:
+        handler = logging.FileHandler(run.log, encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(handler)
+    try:
+        yield
+    finally:
+        package.setLevel(level)
+        if handler is not None:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+
+
+def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingArguments, prepared, resume: bool,
+                      command: str) -> RunRecord:
+    tokenizer, tokenized = prepared.tokenizer, prepared.tokenized
+    logger.info("run folder %s; world size %d", run.root, args.world_size)
+    if args.device.type == "cpu" and keep_freed_memory():
+        logger.info("malloc keeps freed memory for the next step (vaswani_mt.recipe.host_memory)")
+    logger.info("data: %s; prepared in %s", prepared.report.summary(),
+                ", ".join(str(folder) for folder in prepared.folders.values()))
+    for split, count in prepared.truncated.items():
+        if count:
+            logger.warning("%s: %d of %d examples are truncated to data.max_length=%d tokens", split, count,
+                           len(tokenized[split]), config.data.max_length)
+    valid = tokenized[config.data.valid_split]
+    if config.data.valid_subset is not None:
+        valid = valid.select(range(min(config.data.valid_subset, len(valid))))
+
+    set_seed(config.training.seed)  # the initial weights, so that a run is reproducible from its config
+    model = VaswaniForConditionalGeneration(_model_config(config, tokenizer))
+    _set_decoding(model, config)
+    logger.info("model: %s preset, %.2fM parameters, %s-norm", config.model.preset, model.num_parameters() / 1e6,
+                model.config.norm_style)
+    trainer = _trainer(config, run, args, model, tokenizer, tokenized[config.data.train_split], valid)
+    progress = TrainingProgress(config.training.max_minutes).install(trainer)
+
+    resume_from, ended = _resume_point(run.checkpoints, args) if resume else (None, None)
+    if resume and ended is None and args.should_save:  # the updates after the checkpoint are repeated
+        for removed in drop_snapshots_after(run.snapshots, checkpoint_step(resume_from) if resume_from else 0):
+            logger.warning("removing %s", removed)
+    trainer.accelerator.wait_for_everyone()
+
+    started = time.perf_counter()
+    if ended is None:
+        train_metrics = trainer.train(resume_from_checkpoint=resume_from).metrics
+    else:
+        train_metrics = _restore_ended_training(trainer, ended, run.checkpoints, resume_from)
+    train_seconds = time.perf_counter() - started
+    history = trainer.state.log_history
+    if config.training.cooldown_steps and trainer.state.global_step < config.training.max_steps:
+        logger.warning("the run stopped at update %d, before the end of its cool-down at training.max_steps %d",
+                       trainer.state.global_step, config.training.max_steps)
+
+    record = RunRecord(
+        command=command,
+        training=TrainingFigures.from_trainer_state(
+            trainer.state, args.world_size, wall_seconds_this_process=round(train_seconds, 1),
+            train_runtime_seconds=train_metrics.get("train_runtime"), hardware=Hardware.of_this_machine()),
+        model=ModelFacts(preset=config.model.preset, parameters=model.num_parameters(),
+                         config=model.config.to_diff_dict()),
+        data=prepared.report.to_dict(),
+        selection=_select_final_model(trainer, run, config, valid, progress),
+        validation=last_validation(history, trainer.bleu_signatures),
+        bleu_signatures_during_training=trainer.bleu_signatures,
+    )
+    if args.should_save:
+        with writing(run.model):
+            trainer.model.save_pretrained(run.model)
+            tokenizer.save_pretrained(run.model)
+            save_for_pipeline(trainer.model, tokenizer, run.model)  # pipeline("translation") with stock transformers
+            share_weights(run.model)
+
+    if config.data.test_split:
+        references = [pair[config.data.target_lang] for pair in prepared.text[config.data.test_split]["translation"]]
+        record.test, hypotheses = _score(trainer, tokenized[config.data.test_split], references, config, progress)
+        if args.should_save:
+            write_atomically(("\n".join(hypotheses) + "\n").encode(), run.test_hypotheses)
+        logger.info("test %s: BLEU %.2f (%s), chrF %.2f, lowercased Moses-tokenized BLEU %.2f",
+                    config.data.test_split, record.test.bleu, record.test.bleu_signature, record.test.chrf,
+                    record.test.bleu_lowercased_moses_tokenized)
+    if args.should_save:
+        write_atomically((json.dumps(history, indent=1) + "\n").encode(), run.log_history)
+        with writing(run.plots):
+            _plot(history, run.plots)
+        # Last, and atomically: a run folder with its record is finished (`resume` then has nothing to do).
+        record.write(run)
+    trainer.accelerator.wait_for_everyone()
+    return RunRecord.read(run.root) if run.record.is_file() else record
+
+
+class TimeBudget(TrainerCallback):
+    """Stops training (saving and evaluating first) once `max_minutes` of training time have passed. The clock
+    counts this process's training only, so a resumed run gets a fresh budget for its remaining part."""
+
+    def __init__(self, max_minutes: float):
+        self.deadline_seconds = max_minutes * 60
+        self.started = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.perf_counter() - self.started > self.deadline_seconds:
+            logger.info("time budget reached at step %d: saving and stopping", state.global_step)
+            control.should_training_stop = control.should_save = control.should_evaluate = True
+        return control
+
+
+def _model_config(config: RunConfig, tokenizer) -> VaswaniConfig:
+    return VaswaniConfig.from_preset(
+        config.model.preset, **{
+            **config.model.config, "vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+            "decoder_start_token_id": tokenizer.bos_token_id,
+            **({"preprocess": config.data.preprocess, "source_lang": config.data.source_lang,
+                "target_lang": config.data.target_lang} if config.data.preprocess else {}),
+        })
+
+
+def _set_decoding(model: VaswaniForConditionalGeneration, config: RunConfig) -> None:
+    """The run's decoding (beam size, length penalty) as the model's generation defaults: validation and test decode
+    with them, and the saved model keeps them, so `translate` and the pipeline decode as the run's scores did."""
+    generation = model.generation_config
+    generation.num_beams = config.training.num_beams
+    if generation.num_beams == 1:  # greedy: a length penalty means nothing, and transformers refuses to save one
+        generation.length_penalty = None
+        return
+    generation.length_penalty = config.training.length_penalty
+    if config.training.length_penalty_style != "transformers":  # transformers' own style needs no extra key
+        generation.length_penalty_style = config.training.length_penalty_style
+
+
+def _trainer(config: RunConfig, run: RunFolder, args, model, tokenizer, train, valid) -> VaswaniTrainer:
+    callbacks = [TimeBudget(config.training.max_minutes)] if config.training.max_minutes else []
+    if config.training.average_every is not None:
+        callbacks.append(WeightSnapshots(run.snapshots, config.training.average_every, config.training.average_last))
+    # Compiled on CUDA, inductor guards on whether each length is a multiple of 8 (the alignment SDPA needs for its
+    # mask): lengths padded to a multiple of 8 keep it at one compile instead of up to four.
+    pad_to = 8 if config.training.torch_compile and torch.cuda.is_available() else None
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, pad_to_multiple_of=pad_to)
+    return VaswaniTrainer(model=model, args=args, train_dataset=train, eval_dataset=valid, processing_class=tokenizer,
+                          data_collator=collator, callbacks=callbacks)
+
+
+def _score(trainer: VaswaniTrainer, dataset, references: list[str], config: RunConfig,
+           progress: TrainingProgress) -> tuple[TestScores, list[str]]:
+    """Translate `dataset` with beam search and score against the `references` (normalised as the tokenizer
+    normalises): sacreBLEU BLEU + chrF, and lowercased Moses-tokenized BLEU. With `data.preprocess`, references and
+    output are lowercased tokenized text already: the tokenized BLEU is then multi-bleu's on them as they are."""
+    num_beams, target_lang = config.training.num_beams, config.data.target_lang
+    started = time.perf_counter()
+    with progress.stage("test translation"):
+        output = trainer.predict(dataset, metric_key_prefix="test", num_beams=num_beams)
+    tokenizer = trainer.processing_class
+    predictions = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+    predictions = predictions.clip(min=0)
+    hypotheses = [h.strip() for h in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
+    references = [normalize_text(r) for r in references]
+    scores = corpus_scores(hypotheses, references)
+    if config.data.preprocess:
+        tokenized = tokenized_bleu(hypotheses, references)
+    else:
+        tokenized = moses_tokenized_bleu(hypotheses, references, lang=target_lang, lowercase=True)
+    result = TestScores(
+        split=config.data.test_split, sentences=len(hypotheses), preprocess=config.data.preprocess,
+        bleu=scores["bleu"], bleu_signature=scores["bleu_signature"],
+        chrf=scores["chrf"], chrf_signature=scores["chrf_signature"],
+        bleu_lowercased_moses_tokenized=tokenized["bleu"],
+        bleu_lowercased_moses_tokenized_signature=tokenized["bleu_signature"],
+        num_beams=num_beams, seconds=round(time.perf_counter() - started, 1),
+    )
+    return result, hypotheses
+
+
+def _select_final_model(trainer: VaswaniTrainer, run: RunFolder, config: RunConfig, valid_dataset,
+                        progress: TrainingProgress) -> Selection:
+    """§6.1: average the last checkpoints; keep the average if it beats the best checkpoint on valid BLEU."""
+    with progress.stage("valid, best checkpoint"):
+        best_metrics = trainer.evaluate(valid_dataset, metric_key_prefix="valid")
+    choice = Selection(chosen="best_checkpoint", best_checkpoint=trainer.state.best_model_checkpoint,
+                       valid_bleu_best_checkpoint=best_metrics.get("valid_bleu"))
+    t = config.training
+    if t.average_every is None:
+        kind, last = "saves", last_saves(run.checkpoints, t.average_last)
+    else:
+        kind, last = "snapshots", last_snapshots(run.snapshots, t.average_every, t.average_last)
+        if len(last) < 2 <= t.average_last:
+            logger.warning("nothing averaged: %d weight snapshot(s) of training.average_every %d in %d updates",
+                           len(last), t.average_every, trainer.state.global_step)
+    if 1 < len(last) < t.average_last:
+        logger.warning("averaging only the last %d %s (%s): the one before them is not on disk", len(last), kind,
+                       ", ".join(p.name for p in last))
+    if t.average_last > 1 and len(last) > 1:
+        logger.info("averaging the last %d %s: %s", len(last), kind, ", ".join(p.name for p in last))
+        if trainer.args.should_save:
+            average_checkpoints(last, output_dir=run.averaged)
+        trainer.accelerator.wait_for_everyone()
+        best_state = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+        averaged = VaswaniForConditionalGeneration.from_pretrained(run.averaged)
+        trainer.model.load_state_dict(averaged.state_dict())
+        with progress.stage(f"valid, average of the last {len(last)} {kind}"):
+            averaged_metrics = trainer.evaluate(valid_dataset, metric_key_prefix="valid")
+        choice.averaged_checkpoints = [p.name for p in last]
+        choice.valid_bleu_averaged = averaged_metrics.get("valid_bleu")
+        if averaged_metrics.get("valid_bleu", -1) >= best_metrics.get("valid_bleu", -1):
+            choice.chosen = "averaged"
+        else:
+            trainer.model.load_state_dict(best_state)
+    chosen = {key: value for key, value in dataclasses.asdict(choice).items() if value is not None}
+    logger.info("final model: %s", json.dumps(chosen))
+    return choice
+
+
+def _resume_point(checkpoints_dir: Path, args) -> tuple[str | None, TrainerState | None]:
+    """Where a resumed run continues: the last complete checkpoint, once what a kill left half-written or
+    half-deleted is removed (`vaswani_mt.files`); plus that checkpoint's trainer state when training had already
+    ended there (all steps done, or stopped by the time budget), so that only the steps after training are left."""
+    with args.main_process_first(desc="resume"):
+        if args.should_save:
+            for removed in remove_incomplete_checkpoints(checkpoints_dir):
+                logger.warning("removing %s", removed)
+        complete = complete_checkpoints(checkpoints_dir)
+    if not complete:
+        logger.info("resuming from scratch (no complete checkpoint yet)")
+        return None, None
+    state = TrainerState.load_from_json(str(complete[-1] / "trainer_state.json"))
+    control = (state.stateful_callbacks or {}).get("TrainerControl", {}).get("args", {})
+    if state.global_step < state.max_steps and not control.get("should_training_stop"):
+        logger.info("resuming from %s", complete[-1])
+        return str(complete[-1]), None
+    logger.info("resuming from %s: training ended there (step %d); finishing the steps after training", complete[-1],
+                state.global_step)
+    return str(complete[-1]), state
+
+
+def _restore_ended_training(trainer: VaswaniTrainer, state: TrainerState, checkpoints_dir: Path, last: str) -> dict:
+    """Put `trainer` where `trainer.train()` left it when training ended (without training another step, which
+    resuming the Trainer at its last step would do): the trainer state, and the weights of the best checkpoint
+    (`load_best_model_at_end`), else of the last one. Returns the train metrics (none: nothing was trained)."""
+    best = checkpoints_dir / Path(state.best_model_checkpoint).name if state.best_model_checkpoint else None
+    if best is not None and not is_complete_checkpoint(best):
+        raise FileNotFoundError(errno.ENOENT, "the run's best checkpoint is missing or incomplete, so the run cannot "
+                                "be finished as it would have been", str(best))
+    trainer.state = state
+    trainer.state.best_model_checkpoint = str(best) if best is not None else None
+    weights = VaswaniForConditionalGeneration.from_pretrained(best or last).state_dict()
+    trainer.model.load_state_dict(weights)
+    return {}
+
+
+def _plot(history: list[dict], folder: Path) -> None:
+    try:
+        paths = plot_training_curves(history, folder)
+        logger.info("plots: %s", ", ".join(str(p) for p in paths))
+    except ImportError as error:
+        logger.info("no plots: %s", error)
+
+
+__all__ = ["TimeBudget", "train_run"]
