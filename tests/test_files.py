@@ -42,6 +42,22 @@ def test_a_runtime_error_with_space_left_goes_on_unchanged(tmp_path, monkeypatch
     assert raised.value is error
 
 
+def test_a_library_error_where_our_own_write_fails_too_is_one_line_with_that_errno(tmp_path, monkeypatch):
+    """A disk quota or a failing disk: statvfs shows room, but a write beside the file fails, and says why."""
+    monkeypatch.setattr(os, "statvfs", statvfs_with(1000))
+
+    def over_quota(descriptor, data):
+        raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+
+    monkeypatch.setattr(os, "write", over_quota)
+    with pytest.raises(OSError) as raised:
+        with writing(tmp_path / "checkpoint-2"):
+            raise RuntimeError(TORCH_WRITE_FAILURE)
+    assert raised.value.errno == errno.EDQUOT
+    assert describe_os_error(raised.value) == f"{os.strerror(errno.EDQUOT)}: {tmp_path / 'checkpoint-2'}"
+    assert list(tmp_path.iterdir()) == []  # the probe is gone
+
+
 def test_a_safetensors_error_with_space_left_is_an_io_error_naming_the_file(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "statvfs", statvfs_with(1000))  # safetensors removed its temporary file: room again
     with pytest.raises(OSError) as raised:

@@ -170,8 +170,9 @@ def test_resumed_scheduler_keeps_the_saved_cooldown():
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"cooldown_steps": 5}, r"cooldown_steps \(5\) needs total_steps"),
     ({"cooldown_steps": 11, "total_steps": 10}, r"cooldown_steps \(11\) exceeds total_steps \(10\)"),
-    ({"cooldown_steps": -1, "total_steps": 10}, "cooldown_steps must be > 0"),
-], ids=["no-total", "longer-than-run", "negative"])
+    ({"cooldown_steps": -1, "total_steps": 10}, r"cooldown_steps must be >= 0 \(0: none\)"),
+    ({"cooldown_steps": -1}, r"cooldown_steps must be >= 0 \(0: none\)"),
+], ids=["no-total", "longer-than-run", "negative", "negative-no-total"])
 def test_scheduler_rejects_a_cooldown_it_cannot_apply(kwargs, message):
     with pytest.raises(ValueError, match=message):
         NoamLR(_optimizer(), d_model=64, warmup_steps=3, **kwargs)

@@ -103,6 +103,13 @@ def test_unknown_shipped_config_and_malformed_overrides_are_named():
         "training.max_steps": 300, "model.config.norm_style": "pre"}
 
 
+def test_a_config_section_left_empty_is_named(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("extends: multi30k-en-de\ntraining:\n")
+    with pytest.raises(ConfigError, match="^training must be a mapping of keys to values, got None$"):
+        load_run_config(str(config))
+
+
 def test_an_existing_run_folder_needs_resume(tmp_path, small_corpus, capsys):
     config = tiny_config(tmp_path, small_corpus)
     (tmp_path / "run").mkdir()
@@ -280,6 +287,7 @@ def test_train_ends_with_a_summary_on_stderr_and_leaves_stdout_empty(reference_o
     assert f"vaswani-mt translate {run_dir / 'model'} --input sentences.en > sentences.de" in summary
     assert f"vaswani-mt push {run_dir} YOUR-NAME/MODEL-NAME --dry-run" in summary
     assert reference_output.stdout == ""
+    assert summary.splitlines()[0] in (run_dir / "train.log").read_text()
 
 
 def test_the_files_of_a_run_follow_the_umask(reference_run):
@@ -314,6 +322,21 @@ def test_resume_of_a_finished_run_has_nothing_to_do_and_touches_nothing(referenc
     assert train_main(["--config", str(reference_run.parent / "config.yaml"), "--resume"]) == 0
     assert "is a finished run (it has metrics.json): nothing to do" in capsys.readouterr().err
     assert _files(reference_run) == before
+
+
+def test_resume_of_a_finished_run_with_another_config_is_refused(reference_run, capsys):
+    config = str(reference_run.parent / "config.yaml")
+    assert train_main(["--config", config, "--resume", "--training.seed", "99"]) == 2
+    assert "--resume: the config differs from the one" in capsys.readouterr().err
+
+
+def test_train_run_from_a_script_without_logging_says_what_it_does_on_stderr(reference_run):
+    """Python's last-resort handler shows only warnings: a caller with no logging set up still sees the run's lines."""
+    script = ("from vaswani_mt import load_run_config, train_run\n"
+              f"train_run(load_run_config({str(reference_run.parent / 'config.yaml')!r}), resume=True)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "is a finished run (it has metrics.json): nothing to do" in result.stderr
 
 
 def test_resume_after_a_kill_during_averaging_or_test_scoring_ends_with_the_uninterrupted_model(reference_run,

@@ -327,9 +327,10 @@ def writing(path: str | os.PathLike) -> Iterator[None]:
     An OSError keeps its errno and gets the path. torch.save and safetensors report a failed write with errors of
     their own (a RuntimeError, a SafetensorError) that carry no errno and no file name: when one escapes, the file
     system says what happened. No space left there (:func:`no_space_left`) makes it an ENOSPC OSError naming
-    `path`. Otherwise a SafetensorError, which safetensors raises when it could not write the file (it removes its
-    temporary file first, so the disk may have room again by now), becomes an EIO OSError with its first line, and
-    a RuntimeError (a CUDA error, a bug) goes on unchanged, with its traceback."""
+    `path`; a write of our own beside it that fails (a quota, a read-only or failing disk: :func:`probe_write`)
+    gives its errno. Otherwise a SafetensorError, which safetensors raises when it could not write the file (it
+    removes its temporary file first, so the disk may have room again by now), becomes an EIO OSError with its first
+    line, and a RuntimeError (a CUDA error, a bug) goes on unchanged, with its traceback."""
     try:
         yield
     except BrokenPipeError:
@@ -339,9 +340,33 @@ def writing(path: str | os.PathLike) -> Iterator[None]:
     except (RuntimeError, SafetensorError) as error:
         if no_space_left(path):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from error
+        refused = probe_write(path)  # a quota, a read-only or failing disk: a write of our own says which
+        if refused is not None:
+            raise OSError(refused.errno, _reason(refused), str(path)) from error
         if isinstance(error, SafetensorError):
             raise OSError(errno.EIO, first_line(error), str(path)) from error
         raise
+
+
+def probe_write(path: str | os.PathLike, size: int = 1 << 16) -> OSError | None:
+    """The OSError a write of `size` bytes (synced, then removed) beside `path` meets, or None when it succeeds."""
+    folder = Path(path).absolute()
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    probe = folder / f".vaswani-mt-write-probe-{os.getpid()}"
+    try:
+        descriptor = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(descriptor, b"\0" * size)
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+    except OSError as error:
+        return error
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    return None
 
 
 def no_space_left(path: str | os.PathLike) -> bool:

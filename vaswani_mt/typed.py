@@ -37,7 +37,7 @@ def from_mapping(cls, values: Any, where: str = "", strict: bool = True, noun: s
                 raise MappingError(f"unknown {noun} {dotted!r}{suggestion(str(key), known)}")
             continue
         nested = _dataclass_in(hints[key])
-        if nested is not None and value is not None:
+        if nested is not None and (value is not None or hints[key] is nested):  # a section: a mapping, or None
             kwargs[key] = from_mapping(nested, value, dotted, strict, noun)
         elif fits(value, hints[key]):
             kwargs[key] = float(value) if hints[key] is float else value

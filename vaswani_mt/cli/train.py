@@ -15,15 +15,14 @@ docs/training.md); `--resume` continues from the last complete checkpoint after 
 
 import argparse
 import logging
+import os
 import sys
 import time
 
-import torch
-
 from ..data.reading import DataError
-from ..files import describe_os_error
+from ..files import describe_os_error, writing
 from ..recipe.config import ConfigError, load_run_config, parse_overrides, shipped_config_names
-from ..recipe.run import train_run
+from ..recipe.run import LOG_FORMAT, train_run
 from ..run_record import RunFolder
 from .reporting import run_summary
 
@@ -49,8 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     known, rest = build_parser().parse_known_args(argv)
-    logging.basicConfig(level=logging.INFO, handlers=[logging.StreamHandler(sys.stderr)], force=True,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    is_main = os.environ.get("RANK", "0") == "0"  # torchrun and accelerate launch number the processes
+    logging.basicConfig(level=logging.INFO if is_main else logging.WARNING, format=LOG_FORMAT, force=True,
+                        handlers=[logging.StreamHandler(sys.stderr)])
     started = time.perf_counter()
     try:
         overrides = parse_overrides(rest)
@@ -60,31 +60,19 @@ def main(argv: list[str] | None = None) -> int:
         run = RunFolder(config.output_dir)
         finished_before = known.resume and run.record.is_file()
         record = train_run(config, resume=known.resume, command="vaswani-mt train " + " ".join(argv))
+        if is_main and not finished_before:
+            languages = (config.data.source_lang, config.data.target_lang)
+            summary = run_summary(record.to_json(), run.root, time.perf_counter() - started, languages)
+            logger.info(summary)
+            with writing(run.log), open(run.log, "a", encoding="utf-8") as log:
+                log.write(summary + "\n")
     except (ConfigError, DataError) as error:
         print(f"vaswani-mt train: error: {error}", file=sys.stderr)
         return 2
     except OSError as error:
         print(f"vaswani-mt train: error: {describe_os_error(error)}", file=sys.stderr)
         return 1
-    if not finished_before and _is_main_process():
-        languages = (config.data.source_lang, config.data.target_lang)
-        logger.info(run_summary(record.to_json(), run.root, time.perf_counter() - started, languages))
-    _leave_together()
     return 0
-
-
-def _is_main_process() -> bool:
-    return not (torch.distributed.is_available() and torch.distributed.is_initialized()) or \
-        torch.distributed.get_rank() == 0
-
-
-def _leave_together() -> None:
-    """Under several processes: wait until every one is done (the main one writes the run's files last), then close
-    the process group. A process that exited with the group still open could abort in torch's gloo threads
-    ("terminate called without an active exception") and fail the whole torchrun."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -99,9 +99,8 @@ class VaswaniDropout(nn.Dropout):
     """Dropout (§5.4 "Residual Dropout") with a cheaper random mask on CPU.
 
     torch's CPU dropout draws a Bernoulli sample per element from a scalar generator, slow enough to weigh on a CPU
-    training step (measured on a 2-core AMD EPYC: 13 ms for one 4000 x 256 activation, a tenth of a step of the small
-    model). Here 64 random bits are drawn per 4 elements and each 16-bit slice is compared with a threshold (3x
-    faster forward and backward on that machine). The drop probability is `p` rounded to a multiple of 1/65536
+    training step (docs/speed.md). Here 64 random bits are drawn per 4 elements and each 16-bit slice is compared
+    with a threshold, several times faster forward and backward. The drop probability is `p` rounded to a multiple of 1/65536
     (0.1 -> 0.1000061), and kept values are scaled by exactly 1 / (1 - that probability). The bits come from torch's
     default generator, so seeding and checkpoint resumption work as with nn.Dropout. Other devices and evaluation:
     nn.Dropout.
@@ -204,7 +203,7 @@ class VaswaniAttention(nn.Module):
             implementation = "eager"  # only eager attention returns the weights
         elif query.device.type == "cpu" and query.dtype in (torch.bfloat16, torch.float16):
             # torch's CPU flash-attention backward in bf16 is an order of magnitude slower than eager's bf16 matmuls
-            # (15x, measured on the small shape on a 2-core AMD EPYC): it made bf16 autocast training slower than fp32.
+            # (docs/speed.md): it made bf16 autocast training slower than fp32.
             implementation = "eager"
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         output, weights = attention(

@@ -122,7 +122,7 @@ class _BlockwiseSmoothedCrossEntropy(torch.autograd.Function):
     ``loss = (1 - ε - δ) nll + δ Σ_c -log p_c - δ (-log p_pad)``, and
     ``d loss / d logits = p - q`` (q: 1 - ε on y, δ elsewhere, 0 on pad), ``d nll / d logits = p - onehot(y)``.
     (log_)softmax, not exp: torch.exp on CPU is an order of magnitude slower where its results fall below float32's
-    normal range, as most of a trained model's probabilities do (12x, measured on a 2-core AMD EPYC)."""
+    normal range, as most of a trained model's probabilities do (docs/speed.md)."""
 
     @staticmethod
     def forward(ctx, logits, targets, counted, epsilon, delta, pad_token_id):

@@ -75,13 +75,29 @@ def train_run(config: RunConfig, resume: bool = False, command: str | None = Non
     """Train, select, score and save the run that `config` describes, in `config.output_dir`; return its record.
 
     `resume`: continue the run already in `config.output_dir` (with the config it was started with); without it, a
-    folder that already holds a run is refused. `command`: how the run was started, for its record and card."""
+    folder that already holds a run is refused. `command`: how the run was started, for its record and card.
+    While it runs, the package logs its progress at INFO to the run's train.log, and to stderr too when the caller
+    has set up no logging (a script, a notebook); `training.num_threads` holds for the run only. Under torchrun,
+    a process group this call started is closed when it returns."""
     started = time.perf_counter()
     run = RunFolder(config.output_dir)
-    if resume and run.record.is_file():
-        logger.info("%s is a finished run (it has %s): nothing to do", run.root, run.record.name)
-        return RunRecord.read(run.root)
     _check_run_folder(config, run, resume)
+    with _progress_shown():
+        if resume and run.record.is_file():
+            logger.info("%s is a finished run (it has %s): nothing to do", run.root, run.record.name)
+            return RunRecord.read(run.root)
+        own_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
+        threads = torch.get_num_threads()
+        try:
+            record = _run(config, run, resume, command or "", started)
+        finally:
+            torch.set_num_threads(threads)
+        if own_group:
+            _leave_together()
+    return record
+
+
+def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started: float) -> RunRecord:
     args = VaswaniTrainingArguments.from_config(
         config.training, str(run.checkpoints), use_cpu=not torch.cuda.is_available(), report_to=[],
         ddp_find_unused_parameters=False, dataloader_num_workers=0, disable_tqdm=not sys.stderr.isatty())
@@ -99,7 +115,7 @@ def train_run(config: RunConfig, resume: bool = False, command: str | None = Non
                 save_run_config(config, run.config)
             if config.tokenizer.path is None and resumed_tokenizer is None:
                 prepared.tokenizer.save_pretrained(run.tokenizer)
-        record = _train_and_finish(config, run, args, prepared, resume, command or "")
+        record = _train_and_finish(config, run, args, prepared, resume, command)
         if args.should_save:
             logger.info("run complete after %s; its record: %s", duration(time.perf_counter() - started), run.record)
     return record
@@ -125,25 +141,45 @@ def _what_trains(config: RunConfig) -> dict:
     return settings
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
 @contextlib.contextmanager
-def _run_log(run: RunFolder, is_main: bool) -> Iterator[None]:
-    """While the run lasts: the package's progress lines at INFO, written to the run's train.log too (main process;
-    the others say only warnings). Whatever handlers the caller set up (a terminal, a notebook) keep theirs."""
-    package = logging.getLogger("vaswani_mt")
+def _progress_shown() -> Iterator[None]:
+    """While the run lasts: the package's lines at INFO, and on stderr when the caller set up no logging at all
+    (Python's last-resort handler would show only warnings, and none once train.log's handler is added)."""
+    package, root = logging.getLogger("vaswani_mt"), logging.getLogger()
     level = package.level
-    package.setLevel(logging.INFO if is_main else logging.WARNING)
+    package.setLevel(logging.INFO)
     handler = None
-    if is_main:
-        handler = logging.FileHandler(run.log, encoding="utf-8")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logging.getLogger().addHandler(handler)
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        root.addHandler(handler)
     try:
         yield
     finally:
         package.setLevel(level)
         if handler is not None:
-            logging.getLogger().removeHandler(handler)
-            handler.close()
+            root.removeHandler(handler)
+
+
+@contextlib.contextmanager
+def _run_log(run: RunFolder, is_main: bool) -> Iterator[None]:
+    """The main process writes the package's lines to the run's train.log too; the others say only warnings."""
+    package = logging.getLogger("vaswani_mt")
+    if not is_main:
+        package.setLevel(logging.WARNING)  # put back by _progress_shown
+        yield
+        return
+    handler = logging.FileHandler(run.log, encoding="utf-8")
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    logging.getLogger().addHandler(handler)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
 
 
 def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingArguments, prepared, resume: bool,
@@ -392,4 +428,13 @@ def _plot(history: list[dict], folder: Path) -> None:
         logger.info("no plots: %s", error)
 
 
-__all__ = ["TimeBudget", "train_run"]
+def _leave_together() -> None:
+    """Under several processes: wait until every one is done (the main one wrote the run's files last), then close
+    the process group. A process that exited with the group still open could abort in torch's gloo threads
+    ("terminate called without an active exception") and fail the whole torchrun."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
+__all__ = ["LOG_FORMAT", "TimeBudget", "train_run"]

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LRScheduler
 
-from .rules import cooldown_problem, positive_problem
+from .rules import cooldown_problem, positive_problem, setting_problem
 
 
 def _require_positive(name: str, value: float) -> None:
@@ -51,7 +51,7 @@ def noam_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> 
 def _check_cooldown(cooldown_steps: int, total_steps: int | None) -> None:
     if total_steps is not None:
         _require_positive("total_steps", total_steps)
-    problem = cooldown_problem(cooldown_steps, total_steps) or positive_problem("cooldown_steps", cooldown_steps)
+    problem = positive_problem("cooldown_steps", cooldown_steps) or cooldown_problem(cooldown_steps, total_steps)
     if problem:
         raise ValueError(problem)
 
@@ -109,6 +109,8 @@ class NoamLR(LRScheduler):
         _require_positive("d_model", d_model)
         _require_positive("warmup_steps", warmup_steps)
         _require_positive("factor", factor)
+        if setting_problem("cooldown_steps", cooldown_steps):
+            raise ValueError(setting_problem("cooldown_steps", cooldown_steps))
         cooldown_steps = cooldown_steps or None  # 0: no cool-down
         if cooldown_steps is not None:
             _check_cooldown(cooldown_steps, total_steps)

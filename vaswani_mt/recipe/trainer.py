@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import inspect
 import logging
 import shutil
@@ -85,7 +86,7 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     warmup_steps: int | float = field(default=_RECIPE.warmup_steps, metadata={"help": "Noam warm-up updates (§5.3)."})
     cooldown_steps: int | None = field(
         default=_RECIPE.cooldown_steps,
-        metadata={"help": "Not in §5.3: the rate falls linearly to 0 over the last N of the run's updates."})
+        metadata={"help": "Not in §5.3: the rate falls linearly to 0 over the last N of the run's updates (0: none)."})
     adam_beta2: float = field(default=_RECIPE.adam_beta2, metadata={"help": "§5.3: beta_2 = 0.98."})
     adam_epsilon: float = field(default=_RECIPE.adam_epsilon, metadata={"help": "§5.3: epsilon = 1e-9."})
     weight_decay: float = field(default=_RECIPE.weight_decay, metadata={"help": "None in the paper."})
@@ -182,8 +183,6 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if not isinstance(self.args, VaswaniTrainingArguments):
             raise TypeError("VaswaniTrainer needs VaswaniTrainingArguments (the recipe's settings live there)")
         self.bleu_signatures: dict[str, str] | None = None
-        # the Trainer's gather_for_metrics, before Seq2SeqTrainer's switch (see evaluation_loop)
-        self._metrics_gather = getattr(self, "gather_function", None) or self.accelerator.gather_for_metrics
         if self.compute_metrics is None and self.args.predict_with_generate and self.processing_class is not None:
             self.compute_metrics = bleu_chrf_metrics(self.processing_class, self._remember_signatures)
         self._target_tokens_since_log = 0
@@ -301,11 +300,14 @@ class VaswaniTrainer(Seq2SeqTrainer):
 
     # -- evaluation under several processes ---------------------------------------------------------------------
     def evaluation_loop(self, *args, **kwargs):
-        """The Trainer's evaluation loop, gathering with the Trainer's own `gather_function` (`gather_for_metrics`).
+        """The Trainer's evaluation loop, gathering with `gather_for_metrics`, as the Trainer sets it up.
         `Seq2SeqTrainer.evaluate` / `predict` switch it to `accelerator.gather`, which keeps the rows that even
         batches repeat under multi-process evaluation, so BLEU would score duplicates; `gather_for_metrics` drops
         them."""
-        self.gather_function = self._metrics_gather
+        self.gather_function = self.accelerator.gather_for_metrics
+        if "use_gather_object" in inspect.signature(self.gather_function).parameters:
+            self.gather_function = functools.partial(self.gather_function,
+                                                     use_gather_object=self.args.eval_use_gather_object)
         return super().evaluation_loop(*args, **kwargs)
 
     # -- checkpoints that never look complete when a save was interrupted ---------------------------------------
