@@ -348,12 +348,18 @@ def writing(path: str | os.PathLike) -> Iterator[None]:
         raise
 
 
-def probe_write(path: str | os.PathLike, size: int = 1 << 16) -> OSError | None:
-    """The OSError a write of `size` bytes (synced, then removed) beside `path` meets, or None when it succeeds."""
+def nearest_folder(path: str | os.PathLike) -> Path:
+    """The folder that holds `path`, or would hold it: `path` itself if it is one, else its nearest existing
+    parent folder."""
     folder = Path(path).absolute()
     while not folder.is_dir() and folder != folder.parent:
         folder = folder.parent
-    probe = folder / f".vaswani-mt-write-probe-{os.getpid()}"
+    return folder
+
+
+def probe_write(path: str | os.PathLike, size: int = 1 << 16) -> OSError | None:
+    """The OSError a write of `size` bytes (synced, then removed) beside `path` meets, or None when it succeeds."""
+    probe = nearest_folder(path) / f".vaswani-mt-write-probe-{os.getpid()}"
     try:
         descriptor = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -372,9 +378,7 @@ def probe_write(path: str | os.PathLike, size: int = 1 << 16) -> OSError | None:
 def no_space_left(path: str | os.PathLike) -> bool:
     """Whether the file system that holds `path` (or would: its nearest existing folder) has no space left for an
     unprivileged write: less than `NO_SPACE_MARGIN` bytes available (os.statvfs, through shutil.disk_usage)."""
-    folder = Path(path).absolute()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+    folder = nearest_folder(path)
     try:
         return shutil.disk_usage(folder).free < NO_SPACE_MARGIN
     except OSError:  # the file system cannot be asked: nothing is known

@@ -15,6 +15,7 @@ from ..data.prepared import prepare
 from ..data.reading import DataError
 from ..files import describe_os_error
 from ..recipe.config import ConfigError, load_run_config, parse_overrides, shipped_config_names
+from ..recipe.progress import LOG_FORMAT
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     known, rest = build_parser().parse_known_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT,
                         stream=sys.stderr)
     started = time.perf_counter()
     try:

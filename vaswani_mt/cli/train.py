@@ -22,7 +22,8 @@ import time
 from ..data.reading import DataError
 from ..files import describe_os_error, writing
 from ..recipe.config import ConfigError, load_run_config, parse_overrides, shipped_config_names
-from ..recipe.run import LOG_FORMAT, train_run
+from ..recipe.progress import LOG_FORMAT
+from ..recipe.run import train_run
 from ..run_record import RunFolder
 from .reporting import run_summary
 

@@ -23,8 +23,8 @@ def max_length_problem(max_length: int | None) -> str | None:
 
 
 def check_max_length(max_length: int | None) -> None:
-    if max_length_problem(max_length):
-        raise ValueError(max_length_problem(max_length))
+    if problem := max_length_problem(max_length):
+        raise ValueError(problem)
 
 
 def truncate(rows: list[list[int]], max_length: int | None) -> list[bool]:

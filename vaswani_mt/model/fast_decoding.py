@@ -427,8 +427,8 @@ class IncrementalDecoder:
     products per step; the gather it replaces moved every layer's whole cache). Measured on the small shape with
     256 rows: 1.75x transformers' loop at beam 4, still 1.6x at beams 16 and 32."""
 
-    def __init__(self, model: nn.Module, encoder_hidden_states: torch.Tensor, encoder_attention_mask, rows_per_source: int,
-                 max_length: int):
+    def __init__(self, model: nn.Module, encoder_hidden_states: torch.Tensor, encoder_attention_mask,
+                 rows_per_source: int, max_length: int):
         decoder = model.model.decoder
         self.model, self.decoder, self.layers = model, decoder, list(decoder.layers)
         self.rows_per_source = rows_per_source
@@ -497,7 +497,8 @@ class IncrementalDecoder:
         """Encoder-decoder attention (§3.2.3): the beams of a sentence form the query rows of one attention over
         that sentence's keys/values."""
         attn = self.layers[i].encoder_attn
-        q = self.linears[i]["cross_q"](x).view(self.num_sources, self.rows_per_source, self.heads, self.head_dim).transpose(1, 2)
+        q = self.linears[i]["cross_q"](x).view(self.num_sources, self.rows_per_source, self.heads, self.head_dim)
+        q = q.transpose(1, 2)
         keys_t, values = self.cross_kv[i]
         scores = torch.matmul(q, keys_t) * attn.scaling  # [src, heads, beams, S]
         if self.cross_bias is not None:

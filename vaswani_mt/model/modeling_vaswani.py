@@ -100,10 +100,10 @@ class VaswaniDropout(nn.Dropout):
 
     torch's CPU dropout draws a Bernoulli sample per element from a scalar generator, slow enough to weigh on a CPU
     training step (docs/speed.md). Here 64 random bits are drawn per 4 elements and each 16-bit slice is compared
-    with a threshold, several times faster forward and backward. The drop probability is `p` rounded to a multiple of 1/65536
-    (0.1 -> 0.1000061), and kept values are scaled by exactly 1 / (1 - that probability). The bits come from torch's
-    default generator, so seeding and checkpoint resumption work as with nn.Dropout. Other devices and evaluation:
-    nn.Dropout.
+    with a threshold, several times faster forward and backward. The drop probability is `p` rounded to a multiple
+    of 1/65536 (0.1 -> 0.1000061), and kept values are scaled by exactly 1 / (1 - that probability). The bits come
+    from torch's default generator, so seeding and checkpoint resumption work as with nn.Dropout. Other devices and
+    evaluation: nn.Dropout.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

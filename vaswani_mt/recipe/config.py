@@ -224,10 +224,10 @@ def validate(config: RunConfig) -> None:
     for key, value in {"tokenizer.vocab_size": config.tokenizer.vocab_size,
                        "data.valid_subset": config.data.valid_subset, "tokenizer.sample": config.tokenizer.sample,
                        }.items():
-        if value is not None and positive_problem(key, value):
-            raise ConfigError(positive_problem(key, value))
-    if max_length_problem(config.data.max_length):
-        raise ConfigError(f"data.{max_length_problem(config.data.max_length)}")
+        if value is not None and (problem := positive_problem(key, value)):
+            raise ConfigError(problem)
+    if problem := max_length_problem(config.data.max_length):
+        raise ConfigError(f"data.{problem}")
     reserved = len(SPECIAL_TOKENS) + NUM_BYTE_TOKENS  # ids the joint BPE keeps for special and byte tokens
     if config.tokenizer.path is None and config.tokenizer.vocab_size <= reserved:
         raise ConfigError(f"tokenizer.vocab_size must be above {reserved} (the special and byte tokens take "
@@ -235,8 +235,8 @@ def validate(config: RunConfig) -> None:
     if t.average_every is not None and t.average_last < 2:
         raise ConfigError(f"training.average_every ({t.average_every}) takes snapshots for the average of the last "
                           f"training.average_last, which must then be at least 2, got {t.average_last}")
-    if cooldown_problem(t.cooldown_steps, t.max_steps, "training.max_steps"):
-        raise ConfigError(f"training.{cooldown_problem(t.cooldown_steps, t.max_steps, 'training.max_steps')}")
+    if problem := cooldown_problem(t.cooldown_steps, t.max_steps, "training.max_steps"):
+        raise ConfigError(f"training.{problem}")
     if t.average_every is None and t.average_last > t.keep_checkpoints:
         raise ConfigError(f"training.average_last ({t.average_last}) cannot exceed training.keep_checkpoints "
                           f"({t.keep_checkpoints}): older checkpoints are deleted")

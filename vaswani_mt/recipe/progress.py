@@ -27,6 +27,7 @@ from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 logger = logging.getLogger("vaswani_mt.train")
 
 EVERY_SECONDS = 30.0
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # the package's log lines, stderr and train.log
 
 
 def duration(seconds: float) -> str:
@@ -220,4 +221,4 @@ def _scores(metrics: dict) -> list[tuple[str, float]]:
     return found
 
 
-__all__ = ["TrainingProgress", "duration"]
+__all__ = ["LOG_FORMAT", "TrainingProgress", "duration"]

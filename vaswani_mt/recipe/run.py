@@ -64,7 +64,7 @@ from .averaging import average_checkpoints
 from .config import ConfigError, RunConfig, load_run_config, save_run_config
 from .host_memory import keep_freed_memory
 from .plots import plot_training_curves
-from .progress import TrainingProgress, duration
+from .progress import LOG_FORMAT, TrainingProgress, duration
 from .snapshots import WeightSnapshots, drop_snapshots_after, last_snapshots
 from .trainer import VaswaniTrainer, VaswaniTrainingArguments, complete_checkpoints, is_complete_checkpoint
 
@@ -139,9 +139,6 @@ def _what_trains(config: RunConfig) -> dict:
     settings["data"].pop("description", None)
     settings.pop("quick", None)
     return settings
-
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 @contextlib.contextmanager
@@ -437,4 +434,4 @@ def _leave_together() -> None:
         torch.distributed.destroy_process_group()
 
 
-__all__ = ["LOG_FORMAT", "TimeBudget", "train_run"]
+__all__ = ["TimeBudget", "train_run"]

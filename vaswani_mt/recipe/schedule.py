@@ -109,8 +109,8 @@ class NoamLR(LRScheduler):
         _require_positive("d_model", d_model)
         _require_positive("warmup_steps", warmup_steps)
         _require_positive("factor", factor)
-        if setting_problem("cooldown_steps", cooldown_steps):
-            raise ValueError(setting_problem("cooldown_steps", cooldown_steps))
+        if problem := setting_problem("cooldown_steps", cooldown_steps):
+            raise ValueError(problem)
         cooldown_steps = cooldown_steps or None  # 0: no cool-down
         if cooldown_steps is not None:
             _check_cooldown(cooldown_steps, total_steps)
