@@ -34,10 +34,14 @@ def demo_env() -> dict:
             "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
+READY_LINE = "; Ctrl+C stops it"  # what `vaswani-mt demo` says once it serves
+
+
 @contextlib.contextmanager
 def serving(model: str | Path, log: Path, *extra: str):
     """`vaswani-mt demo MODEL --port N` running until the block ends; yields (url, process). The page is ready when
-    its /config answers. Its stderr goes to `log`."""
+    the command says so (its "Ctrl+C stops it" line: the server answers /config a moment before launch() returns,
+    and a Ctrl+C then stops it while starting) and /config answers. Its stderr goes to `log`."""
     port = free_port()
     with open(log, "w", encoding="utf-8") as stream:
         process = subprocess.Popen([sys.executable, "-m", "vaswani_mt.cli", "demo", str(model), "--port", str(port),
@@ -50,9 +54,10 @@ def serving(model: str | Path, log: Path, *extra: str):
                 if process.poll() is not None:
                     raise AssertionError(f"vaswani-mt demo exited with {process.returncode}: {log.read_text()[-3000:]}")
                 try:
-                    with urllib.request.urlopen(url + "config", timeout=5) as response:
-                        if response.status == 200:
-                            break
+                    if READY_LINE in log.read_text(encoding="utf-8", errors="replace"):
+                        with urllib.request.urlopen(url + "config", timeout=5) as response:
+                            if response.status == 200:
+                                break
                 except (urllib.error.URLError, ConnectionError, TimeoutError):
                     pass
                 if time.monotonic() > deadline:
