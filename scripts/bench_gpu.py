@@ -46,8 +46,7 @@ from typing import NamedTuple
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_common import fmt_range, measure  # noqa: E402
-from check_int8_bleu import MULTI30K, find_model_folder, read  # noqa: E402
+from benchmark_common import MULTI30K, find_model_folder, fmt_range, measure, read_text_lines  # noqa: E402
 
 DEFAULT_INPUT = MULTI30K / "test2016.en"
 MODES = (("greedy", 1), ("beam4", 4))
@@ -257,7 +256,7 @@ def decoding_sources(args):
         model, tokenizer = load_model_and_tokenizer(str(folder), "cpu")
     except TranslateError as error:
         raise SystemExit(f"bench_gpu.py: error: {error}") from None
-    lines = [line for line in read(path) if line.strip()][: args.limit]
+    lines = [line for line in read_text_lines(path) if line.strip()][: args.limit]
     if not lines:
         raise SystemExit(f"bench_gpu.py: error: {path} has no sentences")
     sources = tokenizer(lines, truncation=True, max_length=model.config.max_position_embeddings)["input_ids"]

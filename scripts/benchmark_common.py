@@ -12,11 +12,27 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 SMALL_SHAPE = dict(
     d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,
     encoder_ffn_dim=1024, decoder_ffn_dim=1024, vocab_size=8000, dropout=0.1,
 )
+
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+def find_model_folder(path: Path) -> Path:
+    """A saved model folder given as itself or as the `vaswani-mt train` run folder holding it (`model/`)."""
+    for candidate in (path, path / "model"):
+        if (candidate / "config.json").is_file():
+            return candidate
+    raise SystemExit(f"no saved model in {path} or {path / 'model'} (no config.json)")
+
+
+def read_text_lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").rstrip("\n").split("\n")
 
 
 def cpu_model() -> str:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from check_int8_bleu import MULTI30K, find_model_folder, read  # noqa: E402
+from benchmark_common import MULTI30K, find_model_folder, read_text_lines  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     folder = find_model_folder(args.run)
-    sources = read(args.source)[: args.limit]
+    sources = read_text_lines(args.source)[: args.limit]
     model, tokenizer = load_model_and_tokenizer(str(folder), "cpu")
     translations, seconds = {}, {}
     for fast in (True, False):

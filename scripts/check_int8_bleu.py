@@ -19,19 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
-
-
-def find_model_folder(path: Path) -> Path:
-    for candidate in (path, path / "model"):
-        if (candidate / "config.json").is_file():
-            return candidate
-    raise SystemExit(f"no saved model in {path} or {path / 'model'} (no config.json)")
-
-
-def read(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").rstrip("\n").split("\n")
+from benchmark_common import MULTI30K, find_model_folder, read_text_lines
 
 
 def main(argv=None) -> int:
@@ -52,7 +40,7 @@ def main(argv=None) -> int:
     from vaswani_mt.metrics import corpus_scores
 
     folder = find_model_folder(args.run)
-    sources, references = read(args.source), read(args.reference)
+    sources, references = read_text_lines(args.source), read_text_lines(args.reference)
     if len(sources) != len(references):
         raise SystemExit(f"{args.source} has {len(sources)} lines but {args.reference} has {len(references)}")
     if args.limit:

@@ -30,6 +30,14 @@ def device(request) -> torch.device:
     return torch.device(request.param)
 
 
+def with_the_recipes_decoding(model):
+    """The model with the decoding `vaswani-mt train` saves by default (§6.1: beam 4, length penalty 0.6): a model
+    built from a config decodes greedily, as every transformers model does until its generation config says more."""
+    model.generation_config.num_beams = 4
+    model.generation_config.length_penalty = 0.6
+    return model
+
+
 @pytest.fixture
 def make_tiny_model():
     """Factory: a tiny VaswaniForConditionalGeneration in eval mode, seeded, with config overrides."""
@@ -131,8 +139,10 @@ def tokenizer():
 
 @pytest.fixture
 def model(tokenizer):
-    """A tiny model sized to `tokenizer`, seeded, in eval mode."""
+    """A tiny model sized to `tokenizer`, seeded, in eval mode, decoding as a trained one
+    (`with_the_recipes_decoding`)."""
     from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
 
     torch.manual_seed(0)
-    return VaswaniForConditionalGeneration(VaswaniConfig.from_preset("tiny", vocab_size=len(tokenizer))).eval()
+    model = VaswaniForConditionalGeneration(VaswaniConfig.from_preset("tiny", vocab_size=len(tokenizer))).eval()
+    return with_the_recipes_decoding(model)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import with_the_recipes_decoding
 from tiny_tokenizer import SENTENCES
 
 from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
@@ -39,7 +40,7 @@ def stopping_model(tokenizer, seed=0, **overrides):
     config = VaswaniConfig.from_preset("tiny", vocab_size=len(tokenizer), final_logits_bias=True, **overrides)
     model = VaswaniForConditionalGeneration(config).eval()
     model.final_logits_bias[0, EOS] = 3.5
-    return model
+    return with_the_recipes_decoding(model)
 
 
 @pytest.fixture
@@ -227,6 +228,18 @@ def test_the_decoding_defaults_are_the_models(model):
                                         "max_new_tokens": None}
     assert describe_decoding(model) == ("beam 5, length penalty 1 (score = log P / length ** 1), at most source "
                                         "length + 50 tokens")
+
+
+def test_a_greedy_model_saved_without_a_length_penalty_is_served_with_transformers_default(model, tokenizer, tmp_path):
+    model.generation_config.num_beams, model.generation_config.length_penalty = 1, None  # as `train` saves beam 1
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded, loaded_tokenizer = load_demo_model(str(tmp_path))
+    assert loaded.generation_config.length_penalty is None
+    assert decoding_defaults(loaded)["num_beams"] == 1 and decoding_defaults(loaded)["length_penalty"] == 1.0
+    assert describe_decoding(loaded).startswith("beam 1, length penalty 1 ")
+    [result] = translate_nbest(loaded, loaded_tokenizer, SENTENCES[0])
+    assert len(result.hypotheses) == 1
 
 
 def test_a_model_folder_loads_and_a_missing_one_or_an_unreachable_hub_id_is_one_message(model, tokenizer, tmp_path):

@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 
+from conftest import with_the_recipes_decoding
 from tiny_tokenizer import SENTENCES
 from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
 
@@ -33,7 +34,7 @@ def trained(request, tokenizer):
         model(**batch).loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-    return model.eval()
+    return with_the_recipes_decoding(model.eval())
 
 
 def source_tokens(tokenizer, texts):
@@ -234,7 +235,8 @@ def test_translate_with_a_ctranslate2_folder_equals_the_pytorch_output_in_float3
     """Same streaming, batching (several windows and batches), order, decoding defaults and --reference scores."""
     folder, export = saved_and_exported
     decoding = json.loads((export / DECODING_FILE).read_text())
-    assert decoding == {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": None, "length_margin": 50,
+    assert decoding == {"num_beams": 4, "length_penalty": 0.6, "length_penalty_style": "transformers",
+                        "max_new_tokens": None, "length_margin": 50,
                         "max_position_embeddings": trained.config.max_position_embeddings}
     lines = SENTENCES + ["", "   "] + UNSEEN + [" ".join(SENTENCES * 3)]  # the last one is truncated to 128 tokens
     source = tmp_path / "in.txt"

@@ -92,7 +92,7 @@ def test_an_unknown_keyword_from_transformers_sends_the_call_to_transformers_loo
 
     monkeypatch.setattr(GenerationMixin, "generate", newer_generate)
     monkeypatch.setattr(GenerationMixin, name, transformers_loop)
-    monkeypatch.setattr(generation, "loops_agree_with_transformers", lambda: True)
+    monkeypatch.setattr(generation, "loops_agree_with_transformers", lambda model: True)
     monkeypatch.setattr(generation, "greedy_search" if num_beams == 1 else "beam_search",
                         lambda *a, **k: pytest.fail("the fast loop ran with an argument it does not know"))
     assert torch.equal(model.generate(**inputs, num_beams=num_beams, max_new_tokens=8), expected)
@@ -133,15 +133,46 @@ def test_a_transformers_helper_that_changed_behaviour_sends_beam_search_to_trans
     assert len(warnings) == 1 and "decode differently" in warnings[0]
 
 
-def test_our_loops_and_the_installed_transformers_decode_the_check_model_alike(monkeypatch):
+@pytest.mark.parametrize("norm_style", ["post", "pre"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_our_loops_and_the_installed_transformers_decode_the_check_model_alike_on_the_cpu(monkeypatch,
+                                                                                         make_tiny_model, norm_style,
+                                                                                         dtype):
     monkeypatch.setattr(generation, "_agreement", {})
-    assert generation.loops_agree_with_transformers()
+    assert generation.loops_agree_with_transformers(make_tiny_model(norm_style=norm_style).to(dtype))
+    assert len(generation._agreement) == 1
 
 
-def test_the_check_of_our_loops_leaves_the_global_random_stream_alone(monkeypatch):
+def test_each_device_dtype_and_norm_style_is_checked_once_with_its_own_check_model(monkeypatch, make_tiny_model):
+    checked = []
+    monkeypatch.setattr(generation, "_agreement", {})
+    monkeypatch.setattr(generation, "_decode_check_model", lambda *kind: checked.append(kind) or True)
+    for model in (make_tiny_model(), make_tiny_model(), make_tiny_model(norm_style="pre"),
+                  make_tiny_model().to(torch.bfloat16)):
+        assert generation.loops_agree_with_transformers(model)
+    assert checked == [("cpu", torch.float32, "post"), ("cpu", torch.float32, "pre"), ("cpu", torch.bfloat16, "post")]
+
+
+def test_a_kind_of_model_whose_check_disagrees_decodes_with_transformers_loops_alone(monkeypatch, make_tiny_model,
+                                                                                   caplog):
+    monkeypatch.setattr(generation, "_agreement", {})
+    monkeypatch.setattr(generation, "_warned", set())
+    monkeypatch.setattr(generation, "_decode_check_model", lambda device, dtype, norm: norm == "post")
+    monkeypatch.setattr(generation, "greedy_search", lambda *a, **k: pytest.fail("our greedy search ran"))
+    model = make_tiny_model(norm_style="pre")
+    inputs = {"input_ids": torch.tensor([[5, 6, 7, 3]])}
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        out = model.generate(**inputs, max_new_tokens=5)
+    model.use_fast_decoding = False
+    assert torch.equal(out, model.generate(**inputs, max_new_tokens=5))
+    assert "(cpu, float32, pre-norm)" in caplog.text
+
+
+def test_the_check_of_our_loops_leaves_the_global_random_stream_alone(monkeypatch, make_tiny_model):
+    model = make_tiny_model()
     monkeypatch.setattr(generation, "_agreement", {})
     torch.manual_seed(5)
-    generation.loops_agree_with_transformers()
+    generation.loops_agree_with_transformers(model)
     after_check = torch.rand(3)
     torch.manual_seed(5)
     assert torch.equal(torch.rand(3), after_check)
@@ -156,6 +187,23 @@ def test_a_generation_config_without_the_special_token_tensors_blocks_the_fast_l
     reason = generation.fast_decoding_blocker(model, torch.zeros(2, 1, dtype=torch.long), config,
                                               {"encoder_outputs": object()}, loop=loop)
     assert reason == f"generate() set no generation_config.{name}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_a_half_precision_model_decodes_with_transformers_loops_on_every_device(model, tokenizer, monkeypatch, device,
+                                                                                dtype):
+    monkeypatch.setattr(generation, "greedy_search", lambda *a, **k: pytest.fail("our greedy search ran"))
+    monkeypatch.setattr(generation, "beam_search", lambda *a, **k: pytest.fail("our beam search ran"))
+    model.to(device=device, dtype=dtype)
+    inputs = _inputs(tokenizer).to(device)
+    for num_beams in (1, 4):
+        assert torch.equal(model.generate(**inputs, num_beams=num_beams, max_new_tokens=8),
+                           _stock(model, inputs, num_beams=num_beams, max_new_tokens=8))
+    config = model.generation_config
+    config._pad_token_tensor = config._eos_token_tensor = torch.tensor(0)
+    reason = generation.fast_decoding_blocker(model, torch.zeros(2, 1, dtype=torch.long), config,
+                                              {"encoder_outputs": object()}, loop="beam")
+    assert reason == f"{str(dtype)[6:]} weights"
 
 
 def test_packed_mkl_products_that_compute_something_else_are_not_used(model, tokenizer, monkeypatch):
@@ -282,7 +330,7 @@ def test_greedy_decoding_with_a_streamer_streams_what_it_returns(model, tokenize
 def test_a_failing_check_of_our_loops_hands_decoding_to_transformers_with_one_warning(model, tokenizer, monkeypatch,
                                                                                     caplog):
     monkeypatch.setattr(generation, "_agreement", {})
-    monkeypatch.setattr(generation, "_decode_check_model", lambda: 1 / 0)
+    monkeypatch.setattr(generation, "_decode_check_model", lambda *kind: 1 / 0)
     monkeypatch.setattr(generation, "beam_search", lambda *a, **k: pytest.fail("our beam search ran"))
     inputs = _inputs(tokenizer)
     with caplog.at_level(logging.WARNING, logger=LOGGER):

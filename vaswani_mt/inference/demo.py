@@ -24,10 +24,10 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # vaswani_mt/__in
 
 from ..files import first_line
 from ..model.fast_decoding import gnmt_length_penalty
-from ..model.modeling_vaswani import OUTPUT_LENGTH_MARGIN, length_penalty_style
+from ..model.modeling_vaswani import OUTPUT_LENGTH_MARGIN
 from ..model.pipeline_vaswani import preprocess_source
 from .heatmaps import attention_maps
-from .translate import TranslateError, load_model_and_tokenizer, usable_device
+from .translate import TranslateError, decoding_defaults, load_model_and_tokenizer, usable_device
 
 MAX_LINES = 32  # sentences translated at once; more belong in a file for `vaswani-mt translate`
 MAX_BEAMS = 16
@@ -95,15 +95,6 @@ def load_demo_model(name: str, device: str | None = None):
         raise DemoError(f"model folder {name} does not exist, and it cannot be loaded from the Hub either: "
                         f"{first_line(error)}") from None
     return model.to(device).eval(), tokenizer
-
-
-def decoding_defaults(model) -> dict:
-    """The model's own decoding settings, what a translation uses unless told otherwise: ``num_beams``,
-    ``length_penalty``, ``length_penalty_style`` ("transformers" or "gnmt") and ``max_new_tokens`` (None: source
-    length + 50, never more than max_position_embeddings)."""
-    config = model.generation_config
-    return {"num_beams": int(config.num_beams or 1), "length_penalty": float(config.length_penalty),
-            "length_penalty_style": length_penalty_style(config), "max_new_tokens": config.max_new_tokens}
 
 
 def describe_decoding(model) -> str:

@@ -45,7 +45,8 @@ import torch
 
 from ..model.modeling_vaswani import OUTPUT_LENGTH_MARGIN, checked_length_penalty_style, length_penalty_style
 from ..model.pipeline_vaswani import text_preprocessing
-from .translate import TranslateError, decoded_lines, fitting_new_tokens, load_model_and_tokenizer, translate_stream
+from .translate import (TranslateError, decoded_lines, decoding_defaults, fitting_new_tokens, load_model_and_tokenizer,
+                        translate_stream)
 
 logger = logging.getLogger(__name__)
 
@@ -266,22 +267,16 @@ def export_ctranslate2(model_or_dir, out_dir, quantization: str | None = None, t
         VaswaniConverter().convert(str(out), quantization=quantization, force=force)
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
-    (out / DECODING_FILE).write_text(json.dumps(decoding_defaults(model), indent=2) + "\n", encoding="utf-8")
+    (out / DECODING_FILE).write_text(json.dumps(export_decoding(model), indent=2) + "\n", encoding="utf-8")
     return out
 
 
-def decoding_defaults(model) -> dict:
-    """How `model.generate()` decodes when given nothing (ours: §6.1), for `vaswani-mt translate EXPORT` to decode
-    the same way: beams, length penalty, and the output limit — `max_new_tokens` when the generation config fixes
-    one, else the source length (padded, per batch) + `length_margin`, at most `max_position_embeddings`."""
-    generation = model.generation_config
-    defaults = {
-        "num_beams": generation.num_beams or 1,
-        "length_penalty": generation.length_penalty if generation.length_penalty is not None else 1.0,
-        "max_new_tokens": generation.max_new_tokens,
-        "length_margin": OUTPUT_LENGTH_MARGIN,
-        "max_position_embeddings": model.config.max_position_embeddings,
-    }
+def export_decoding(model) -> dict:
+    """What `vaswani-mt translate EXPORT` needs to decode as `model.generate()` does: `decoding_defaults`, the output
+    limit when none is fixed (the padded source length + `length_margin`, at most `max_position_embeddings`), and the
+    raw input's preprocessing when the model has one."""
+    defaults = {**decoding_defaults(model), "length_margin": OUTPUT_LENGTH_MARGIN,
+                "max_position_embeddings": model.config.max_position_embeddings}
     if getattr(model.config, "preprocess", None):  # what raw input goes through first (VaswaniConfig.preprocess)
         defaults.update(preprocess=model.config.preprocess, source_lang=model.config.source_lang,
                         target_lang=getattr(model.config, "target_lang", None))
@@ -446,5 +441,5 @@ def _ctranslate2_device(ctranslate2, name: str | None) -> tuple[str, int]:
     raise ValueError(f"device {name!r} cannot be used: CTranslate2 runs on cpu, cuda or cuda:N")
 
 
-__all__ = ["DECODING_FILE", "ExportedModel", "INSTALL_HINT", "build_spec", "decoding_defaults", "export_ctranslate2",
+__all__ = ["DECODING_FILE", "ExportedModel", "INSTALL_HINT", "build_spec", "export_ctranslate2", "export_decoding",
            "is_export", "translate_with_ctranslate2", "vocabulary"]

@@ -23,6 +23,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # vaswani_mt/__in
 
 from ..data.batching import pack_by_token_budget
 from ..files import TOKENIZER_FILES, first_line, weights_problem
+from ..model.modeling_vaswani import length_penalty_style
 from ..model.pipeline_vaswani import encode_source, text_preprocessing
 
 logger = logging.getLogger(__name__)
@@ -165,6 +166,20 @@ def decoded_lines(tokenizer, rows) -> list[str]:
 # --- files ------------------------------------------------------------------------------------------------------
 
 
+def decoding_defaults(model) -> dict:
+    """How `model.generate()` decodes when given nothing, from the model's generation config: ``num_beams``,
+    ``length_penalty`` (transformers' 1.0 where the config has none, as a greedy model's saved config does),
+    ``length_penalty_style`` ("transformers" or "gnmt") and ``max_new_tokens`` (None: the source length + 50, §6.1,
+    never more than ``max_position_embeddings``). The demo shows and uses them; a CTranslate2 export keeps them."""
+    generation = model.generation_config
+    return {
+        "num_beams": int(generation.num_beams or 1),
+        "length_penalty": float(generation.length_penalty if generation.length_penalty is not None else 1.0),
+        "length_penalty_style": length_penalty_style(generation),
+        "max_new_tokens": generation.max_new_tokens,
+    }
+
+
 def load_model_and_tokenizer(folder: str, device: str | None = None):
     """The model (eval mode, on `device`: default cuda when available, else cpu) and tokenizer saved in `folder`.
     Everything that can be checked is checked before the model loads (the device, the files, whole weights), so a
@@ -205,5 +220,5 @@ def usable_device(name: str | None) -> str:
     return name
 
 
-__all__ = ["TranslateError", "decoded_lines", "load_model_and_tokenizer", "usable_device",
+__all__ = ["TranslateError", "decoded_lines", "decoding_defaults", "load_model_and_tokenizer", "usable_device",
            "translate_lines", "translate_stream"]

@@ -13,6 +13,7 @@ faster decoding loops plug in from the installed package (`VaswaniForConditional
 import dataclasses
 import logging
 import math
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -31,6 +32,8 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.utils import TransformersKwargs, can_return_tuple
+from typing_extensions import Unpack  # typing's from Python 3.11; torch requires typing_extensions
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani import VaswaniConfig
@@ -47,9 +50,13 @@ CACHE_FIELD = "cache" if "cache" in {f.name for f in dataclasses.fields(Seq2SeqL
 
 
 def one_cache(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
-    """The cache passed under either name (`cache` since transformers 5.24, `past_key_values` before)."""
+    """The cache passed under either name (`cache` since transformers 5.24, `past_key_values` before). Where the
+    installed transformers calls it `cache`, the old name warns as transformers' own models do."""
     if cache is not None and past_key_values is not None and cache is not past_key_values:
         raise ValueError("pass the decoder cache once, as `cache` or as `past_key_values`, not both")
+    if past_key_values is not None and cache is None and CACHE_FIELD == "cache" and not torch.compiler.is_compiling():
+        warnings.warn("`past_key_values` is deprecated since transformers 5.24: pass the decoder cache as `cache`",
+                      FutureWarning, stacklevel=3)
     return cache if cache is not None else past_key_values
 
 
@@ -280,7 +287,7 @@ class VaswaniDecoderLayer(VaswaniLayer):
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None,
-        encoder_hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor | None,
         encoder_attention_mask: torch.Tensor | None = None,
         cache: EncoderDecoderCache | None = None,
         past_key_values: EncoderDecoderCache | None = None,
@@ -294,7 +301,8 @@ class VaswaniDecoderLayer(VaswaniLayer):
             x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache,
             **kwargs)[0]
         hidden_states = self.residual(hidden_states, self.self_attn_layer_norm, self_attend)
-        hidden_states = self.residual(hidden_states, self.encoder_attn_layer_norm, cross_attend)
+        if encoder_hidden_states is not None:  # a decoder used alone (a language model) has nothing to attend to
+            hidden_states = self.residual(hidden_states, self.encoder_attn_layer_norm, cross_attend)
         return self.residual(hidden_states, self.final_layer_norm, self.ffn)
 
 
@@ -303,6 +311,7 @@ class VaswaniPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
+    _supports_attention_backend = True  # attention runs through ALL_ATTENTION_FUNCTIONS on transformers' masks
     _supports_flex_attn = False
     _no_split_modules = ["VaswaniEncoderLayer", "VaswaniDecoderLayer"]
 
@@ -327,13 +336,29 @@ class VaswaniPreTrainedModel(PreTrainedModel):
         elif isinstance(module, VaswaniForConditionalGeneration) and module.final_logits_bias is not None:
             init.zeros_(module.final_logits_bias)
 
+    def mark_tied_weights_as_initialized(self, loading_info, *args, **kwargs):
+        """transformers' loading step that spares tied weights from initialisation, then the tied weights' source
+        (`shared.weight`) put back among the missing keys when the checkpoint lacks it. The stacks share the embedding
+        *module*, so marking its other names marks the source too, and transformers drops marked keys of custom-code
+        models from the missing ones: the embedding stayed on the meta device, unreported. Without this hook (a
+        transformers that no longer calls it) loading is transformers' own."""
+        missing = set(loading_info.missing_keys)
+        super().mark_tied_weights_as_initialized(loading_info, *args, **kwargs)
+        sources = set(getattr(self, "all_tied_weights_keys", {}).values())
+        lost = (missing & sources) - set(loading_info.missing_keys)
+        if lost:
+            loading_info.missing_keys = set(loading_info.missing_keys) | lost
+
 
 class VaswaniStack(VaswaniPreTrainedModel):
     """What encoder and decoder stacks share: token embeddings scaled by sqrt(d_model) (§3.4), plus positional
     encodings (§3.5), then dropout (§5.4); and the final LayerNorm of pre-norm stacks."""
 
-    def __init__(self, config: VaswaniConfig, embed_tokens: nn.Embedding):
+    def __init__(self, config: VaswaniConfig, embed_tokens: nn.Embedding | None = None):
         super().__init__(config)
+        # A stack built alone (`VaswaniEncoder(config)`, `VaswaniDecoder.from_pretrained(...)`) owns its embeddings.
+        if embed_tokens is None:
+            embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.embed_tokens = embed_tokens
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_positions = SinusoidalPositions(config.max_position_embeddings, config.d_model)
@@ -353,7 +378,8 @@ class VaswaniStack(VaswaniPreTrainedModel):
             raise ValueError("pass exactly one of input_ids / inputs_embeds")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        positions = self.embed_positions(inputs_embeds.shape[1], offset)
+        # The table stays float32 (exact); a half-precision model adds it in its own dtype.
+        positions = self.embed_positions(inputs_embeds.shape[1], offset).to(inputs_embeds.dtype)
         return self.embed_dropout(inputs_embeds * self.embed_scale + positions)
 
     def final_norm(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -365,7 +391,7 @@ class VaswaniEncoder(VaswaniStack):
 
     _can_record_outputs = {"hidden_states": VaswaniEncoderLayer, "attentions": VaswaniAttention}
 
-    def __init__(self, config: VaswaniConfig, embed_tokens: nn.Embedding):
+    def __init__(self, config: VaswaniConfig, embed_tokens: nn.Embedding | None = None):
         super().__init__(config, embed_tokens)
         self.layers = nn.ModuleList([VaswaniEncoderLayer(config, i) for i in range(config.encoder_layers)])
         self.post_init()
@@ -402,7 +428,7 @@ class VaswaniDecoder(VaswaniStack):
         "cross_attentions": OutputRecorder(VaswaniAttention, index=1, layer_name="encoder_attn"),
     }
 
-    def __init__(self, config: VaswaniConfig, embed_tokens: nn.Embedding):
+    def __init__(self, config: VaswaniConfig, embed_tokens: nn.Embedding | None = None):
         super().__init__(config, embed_tokens)
         self.layers = nn.ModuleList([VaswaniDecoderLayer(config, i) for i in range(config.decoder_layers)])
         self.post_init()
@@ -451,7 +477,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
     not depend on `tie_word_embeddings`."""
 
     # With share_embeddings the checkpoint stores only `shared.weight`; the stacks' names are aliases of it.
-    _keys_to_ignore_on_load_missing = [r"encoder\.embed_tokens\.weight", r"decoder\.embed_tokens\.weight"]
+    _keys_to_ignore_on_load_missing = None
 
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
@@ -478,6 +504,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
             self.decoder.embed_tokens = value
         self.encoder.embed_tokens = value
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -490,18 +517,21 @@ class VaswaniModel(VaswaniPreTrainedModel):
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         past_key_values: Cache | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
+        # The stacks answer with output objects here; `can_return_tuple` makes the tuple a caller asked for.
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, return_dict=True,
+                **kwargs,
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
         decoder_outputs = self.decoder(
             input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state, encoder_attention_mask=attention_mask,
-            cache=one_cache(cache, past_key_values), inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs,
+            cache=one_cache(cache, past_key_values), inputs_embeds=decoder_inputs_embeds, use_cache=use_cache,
+            return_dict=True, **kwargs,
         )
         return with_cache(
             Seq2SeqModelOutput, getattr(decoder_outputs, CACHE_FIELD),
@@ -639,7 +669,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     sum / num_items_in_batch, so gradient accumulation and multi-process training equal one big batch.
     """
 
-    _keys_to_ignore_on_load_missing = [r"final_logits_bias", r"embed_tokens\.weight"]
+    _keys_to_ignore_on_load_missing = [r"final_logits_bias"]
     # The installed vaswani_mt puts its decoding loops here (`vaswani_mt.model.fast_decoding`): the same output as
     # transformers' loops, faster, and GNMT's length penalty. A folder loaded as remote code keeps None: transformers'
     # own loops decode. `use_fast_decoding = False` on a model hands every call to transformers' loops.
@@ -658,10 +688,9 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             self.final_logits_bias = None
         self.post_init()
         self.list_tied_names()  # post_init ties them, but a later transformers may not call tie_weights there
-        # The paper's decoding (§6.1): beam size 4, length penalty alpha = 0.6. transformers' length_penalty
-        # divides the beam score by length**alpha, not GNMT's ((5 + length) / 6)**alpha; see docs/model.md.
-        self.generation_config.num_beams = 4
-        self.generation_config.length_penalty = 0.6
+        # Decoding defaults (the paper's beam 4, §6.1) are not set here: as for every transformers model, they belong
+        # to the saved generation_config.json, which `vaswani-mt train` writes; a model built from a config decodes
+        # greedily, as transformers expects.
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
@@ -729,6 +758,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             self.final_logits_bias = bias
         return embeddings
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -743,7 +773,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         past_key_values: Cache | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         if labels is not None:
             use_cache = False  # training: whole target at once, nothing to cache
@@ -753,7 +783,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
             cache=one_cache(cache, past_key_values), inputs_embeds=inputs_embeds,
-            decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs,
+            decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, return_dict=True, **kwargs,
         )
         logits = self.lm_head(outputs.last_hidden_state)
         if self.final_logits_bias is not None:
