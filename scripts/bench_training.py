@@ -132,6 +132,7 @@ def main(argv=None) -> int:
     from vaswani_mt import PRESETS, VaswaniConfig, VaswaniForConditionalGeneration
     from vaswani_mt.model.convert import to_marian
     from vaswani_mt.recipe.host_memory import MMAP_THRESHOLD, TRIM_THRESHOLD
+    from vaswani_mt.precision import native_bf16
     from vaswani_mt.run_record import Hardware
 
     keep_freed = (MMAP_THRESHOLD, TRIM_THRESHOLD)
@@ -174,6 +175,9 @@ def main(argv=None) -> int:
                 ours_training_loss(trainers_loss) if training_loss else None, malloc)
     tokens = int(batch["labels"].numel())
     print(f"CPU {Hardware.of_this_machine().cpu}; loss {args.loss}; malloc {args.malloc}", file=sys.stderr)
+    native, why = native_bf16("cpu")
+    if "bf16" in precisions:  # what `training.bf16: auto` would choose here, beside the bf16 figures
+        print(f"bf16: {why}" + ("" if native else " (training.bf16: auto trains in float32 here)"), file=sys.stderr)
     print(f"shape {args.shape}; torch {torch.__version__}, {args.threads} threads; {PAIRS} pairs x {LENGTH} tokens = "
           f"{tokens} target tokens/step; {args.repetitions} repetitions x {args.steps} steps", file=sys.stderr)
     for run in systems.values():  # warm-up (allocates Adam state)

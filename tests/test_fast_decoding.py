@@ -37,8 +37,15 @@ def _sources(vocab_size=128, seed=1):
 
 
 def _both(model, inputs, **kwargs):
-    """(fast loop output, transformers' loop output) for one generate() call."""
-    fast = model.generate(**inputs, **kwargs)
+    """(fast loop output, transformers' loop output) for one generate() call; fails unless our loop decoded the first
+    (a call that fell back would compare transformers' loop with itself)."""
+    steps, step = [], IncrementalDecoder.step
+    IncrementalDecoder.step = lambda self, tokens: steps.append(1) or step(self, tokens)
+    try:
+        fast = model.generate(**inputs, **kwargs)
+    finally:
+        IncrementalDecoder.step = step
+    assert steps, "vaswani_mt's decoding loop did not run"
     model.use_fast_decoding = False
     try:
         reference = model.generate(**inputs, **kwargs)

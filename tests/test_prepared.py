@@ -241,3 +241,75 @@ def test_a_missing_data_folder_names_the_path(tmp_path):
     with pytest.raises(DataError, match="does not exist"):
         prepare(data, tokenizer_config)
     assert not os.path.exists(tmp_path / "cache") or not any(p.is_dir() for p in (tmp_path / "cache").iterdir())
+
+
+# --- what users install and share -----------------------------------------------------------------------------------
+def test_data_prepared_by_other_code_or_libraries_is_not_reused(tmp_path, monkeypatch):
+    data, tokenizer_config = _config(_corpus(tmp_path / "corpus"), tmp_path / "cache")
+    first = prepare(data, tokenizer_config).folders
+    real_version = prepared_module.importlib.metadata.version
+    monkeypatch.setattr(prepared_module.importlib.metadata, "version",
+                        lambda name: "0.0.1" if name == "sacremoses" else real_version(name))
+    second = prepare(data, tokenizer_config).folders
+    assert all(first[kind] != second[kind] for kind in first)
+    monkeypatch.setattr(prepared_module, "SHAPING_CODE", prepared_module.SHAPING_CODE[:-1])  # another data layer
+    assert prepare(data, tokenizer_config).folders["corpus"] not in (first["corpus"], second["corpus"])
+
+
+def test_a_cache_prepared_under_a_group_umask_is_readable_and_lockable_by_the_group(tmp_path):
+    script = textwrap.dedent("""
+        import os, sys
+        os.umask(0o002)
+        from vaswani_mt.data.prepared import prepare
+        from vaswani_mt.recipe.config import DataConfig, TokenizerConfig
+        data = DataConfig(path=sys.argv[1], test_split="test", max_length=64, cache_dir=sys.argv[2])
+        prepare(data, TokenizerConfig(vocab_size=320, min_frequency=1))
+    """)
+    cache = tmp_path / "cache"
+    subprocess.run([sys.executable, "-c", script, str(_corpus(tmp_path / "corpus")), str(cache)], check=True,
+                   capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    entries = [path for path in cache.iterdir() if not path.name.startswith(".")]
+    locks = list(cache.glob(".*.lock"))
+    assert len(entries) == 3 and locks
+    assert {oct(path.stat().st_mode & 0o777) for path in entries} == {oct(0o775)}
+    assert {oct(path.stat().st_mode & 0o777) for path in locks} == {oct(0o664)}
+
+
+def test_where_the_file_system_has_no_file_locks_a_lock_file_serves(tmp_path, monkeypatch, caplog):
+    def no_flock(self, *args, **kwargs):
+        raise NotImplementedError("FileSystem does not appear to support flock; use SoftFileLock instead")
+
+    monkeypatch.setattr(prepared_module.FileLock, "acquire", no_flock)
+    data, tokenizer_config = _config(_corpus(tmp_path / "corpus"), tmp_path / "cache")
+    with caplog.at_level(logging.INFO, logger="vaswani_mt.data.prepared"):
+        result = prepare(data, tokenizer_config)
+    assert len(result.tokenized["train"]) > 0
+    assert "no file locks on this file system" in caplog.text
+    assert not list((tmp_path / "cache").glob("*.softlock"))  # released
+
+
+def test_the_package_imports_where_there_is_no_fcntl():
+    # the libraries under it choose their own locking on Windows (sacrebleu's portalocker, filelock): loaded first
+    script = ("import sys, datasets, sacrebleu, torch, transformers; sys.modules['fcntl'] = None; "
+              "import vaswani_mt; print('imported')")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("imported")
+
+
+def test_truncation_ends_a_cut_sentence_with_the_tokenizers_own_end_of_sentence_id(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<pad>": 1, "</s>": 2, **{word: i + 3 for i, word in enumerate(WORDS + WOERTER)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
+    folder = tmp_path / "tokenizer"
+    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>",
+                            eos_token="</s>").save_pretrained(folder)
+    data, tokenizer_config = _config(_corpus(tmp_path / "corpus"), tmp_path / "cache", max_length=4)
+    tokenized = prepare(data, replace(tokenizer_config, path=str(folder))).tokenized["train"]
+    rows = list(tokenized["input_ids"]) + list(tokenized["labels"])
+    assert all(len(ids) <= 4 and ids[-1] == 2 for ids in rows)
+    assert any(len(ids) == 4 for ids in rows)

@@ -290,6 +290,14 @@ def test_train_ends_with_a_summary_on_stderr_and_leaves_stdout_empty(reference_o
     assert summary.splitlines()[0] in (run_dir / "train.log").read_text()
 
 
+def test_the_run_says_what_precision_it_trained_in_and_why_in_its_log_record_and_card(reference_output):
+    run_dir = reference_output.run_dir
+    precision = json.loads((run_dir / "metrics.json").read_text())["training"]["precision"]
+    assert precision == "float32 (training.bf16 is false)"
+    assert precision in (run_dir / "train.log").read_text()
+    assert f"| Precision | {precision} |" in render_model_card(run_dir)
+
+
 def test_the_files_of_a_run_follow_the_umask(reference_run):
     """safetensors writes weights 0600 and the atomic writes used a 0600 temporary file: every file of the run must
     get what the umask gives any other new file."""

@@ -6,6 +6,14 @@ into the model's generate(), brings back the "translation" pipeline task, and pl
 `VaswaniTrainer`'s Hub pushes. The layers are in ARCHITECTURE.md.
 """
 
+import os
+
+# Before anything loads torch, and so OpenMP (GNU's, in torch's Linux wheels): a thread that waits for work spins
+# 10,000 times, not 300,000, before it sleeps (a value the user set wins). Threads of two processes spinning on the
+# same cores keep each other from working: two trainings on 2 cores kept 11 % of their speed each, with the shorter
+# spin about 40 %, and a run alone is as fast (docs/speed.md).
+os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from .data.batching import TokenBudgetBatchSampler, padding_stats

@@ -302,12 +302,21 @@ def write_atomically(data: bytes, target: Path) -> None:
     fsync_directory(target.parent)
 
 
-def new_file_mode() -> int:
-    """The mode `open()` gives a new file: 0o666 less the process umask (which can only be read by setting it, so
-    it is set and put back at once)."""
+def process_umask() -> int:
+    """The process umask (which can only be read by setting it, so it is set and put back at once)."""
     mask = os.umask(0o022)
     os.umask(mask)
-    return 0o666 & ~mask
+    return mask
+
+
+def new_file_mode() -> int:
+    """The mode `open()` gives a new file: 0o666 less the process umask."""
+    return 0o666 & ~process_umask()
+
+
+def new_folder_mode() -> int:
+    """The mode `mkdir` gives a new folder: 0o777 less the process umask (`tempfile.mkdtemp` makes 0700)."""
+    return 0o777 & ~process_umask()
 
 
 def share_weights(folder: str | os.PathLike) -> None:
@@ -416,6 +425,8 @@ __all__ = [
     "is_complete_checkpoint",
     "last_saves",
     "new_file_mode",
+    "new_folder_mode",
+    "process_umask",
     "no_space_left",
     "remove_incomplete_checkpoints",
     "rotate_checkpoints",

@@ -89,6 +89,7 @@ class TrainingFigures:
     final_train_loss: float | None = None  # label-smoothed, per target token
     world_size: int | None = None
     hardware: Hardware | None = None
+    precision: str | None = None  # "bfloat16 autocast (training.bf16 is auto: ...)" or "float32 (...)": what and why
 
     @classmethod
     def from_trainer_state(cls, state, world_size: int | None, **figures) -> TrainingFigures:
@@ -216,7 +217,8 @@ class RunRecord:
         run = next((cls.read(folder) for folder in (output_dir, output_dir.parent)
                     if RunFolder(folder).record.is_file() or RunFolder(folder).config.is_file()), cls())
         training = TrainingFigures.from_trainer_state(
-            state, args.world_size, hardware=Hardware.of_this_machine() if state.global_step else None)
+            state, args.world_size, hardware=Hardware.of_this_machine() if state.global_step else None,
+            precision=run.training.precision or ("bfloat16 autocast" if args.bf16 else "float32"))
         record = cls(
             name=output_dir.resolve().name, command=run.command, training=training,
             model=ModelFacts(preset=run.model.preset, parameters=model.num_parameters()), data=run.data,

@@ -6,12 +6,13 @@ fairseq, with `datasets`' Arrow files).
     prepared.text["test2016"], prepared.tokenized["train"], prepared.tokenizer, prepared.report
 
 Three kinds of entry in the cache folder (`data.cache_dir`; default $VASWANI_MT_CACHE, else ~/.cache/vaswani_mt),
-each named by a fingerprint of everything it depends on, so that a change to any input prepares again and the same
-inputs never do:
+each named by a fingerprint of everything it depends on — its inputs, and the code and library versions that shape
+it (`code_fingerprint`) — so that a change to either prepares again and the same ones never do:
 
   corpus-<key>/     every pair of each split, cleaned (and `data.preprocess`ed), with its cleaning marks; which pairs
                     stay (`keep-<split>.npy`); the cleaning counts. Key: the data files (path, size, modification
-                    time), languages, splits, cleaning options, preprocessing.
+                    and change times, inode; a Hub dataset: its id only, so a new revision under the same id
+                    needs another `data.cache_dir`), languages, splits, cleaning options, preprocessing.
   bpe-<key>/        the joint BPE learned on the kept training pairs, or an evenly spread sample of them
                     (`tokenizer.sample`). Key: the corpus key, vocabulary size, minimum frequency, sample size.
   tokenized-<key>/  `input_ids` and `labels` of the kept pairs. Key: the corpus key, the tokenizer's content,
@@ -29,8 +30,8 @@ resident) in two worker processes for large splits, and the token-budget sampler
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
+import importlib.metadata
 import json
 import logging
 import multiprocessing
@@ -38,6 +39,7 @@ import os
 import shutil
 import sys
 import tempfile
+import unicodedata
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -48,10 +50,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict, concatenate_datasets
+from filelock import FileLock, SoftFileLock, Timeout
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from ..files import new_file_mode, new_folder_mode
 from .cleaning import (
     CLEANING_MARKS,
     CleaningOptions,
@@ -78,6 +82,12 @@ logger = logging.getLogger(__name__)
 
 CACHE_ENV = "VASWANI_MT_CACHE"
 FORMAT = 1  # what an entry holds; a change makes every key new
+# Besides its inputs, what makes an entry: the code of the data layer (reading, cleaning and its preprocessing,
+# the BPE's training, tokenizing and truncating) and the libraries under it that shape the result. Every key holds
+# their fingerprint (`code_fingerprint`), so a release that changes a rule prepares the data again.
+SHAPING_CODE = ("data/reading.py", "data/cleaning.py", "data/tokenization.py", "data/tokenizing.py",
+                "data/prepared.py", "model/pipeline_vaswani.py")
+SHAPING_LIBRARIES = ("datasets", "pyarrow", "tokenizers", "sacremoses")
 LARGE_SPLIT = 100_000  # pairs from which the cleaning and tokenising passes use worker processes
 WORKERS = 2
 SHARD_PAIRS = 100_000  # pairs per shard file: what one worker takes at a time
@@ -90,6 +100,15 @@ def default_cache_dir() -> Path:
 
 def fingerprint(*parts: Any) -> str:
     return hashlib.blake2b(json.dumps(parts, sort_keys=True, default=str).encode(), digest_size=10).hexdigest()
+
+
+def code_fingerprint() -> str:
+    """A fingerprint of what shapes prepared data besides its inputs: FORMAT, the source of `SHAPING_CODE`, the
+    versions of `SHAPING_LIBRARIES` and of the Unicode database (text normalisation)."""
+    package = Path(__file__).resolve().parents[1]
+    sources = [hashlib.blake2b((package / name).read_bytes(), digest_size=10).hexdigest() for name in SHAPING_CODE]
+    versions = {name: importlib.metadata.version(name) for name in SHAPING_LIBRARIES}
+    return fingerprint(FORMAT, sources, versions, unicodedata.unidata_version)
 
 
 def _file_identity(path: Path) -> list:
@@ -138,7 +157,8 @@ def prepare(data, tokenizer_config, tokenizer: PreTrainedTokenizerFast | None = 
     src, tgt = data.source_lang, data.target_lang
     splits = [s for s in (data.train_split, data.valid_split, data.test_split) if s]
     options = CleaningOptions(deduplicate=data.drop_duplicates, filter_splits=(data.train_split,))
-    corpus_key = fingerprint(FORMAT, source_identity(data.path, src, tgt, splits), src, tgt, splits, options,
+    code = code_fingerprint()
+    corpus_key = fingerprint(code, source_identity(data.path, src, tgt, splits), src, tgt, splits, options,
                              data.preprocess)
     corpus = _entry(cache, f"corpus-{corpus_key}", lambda tmp: _build_corpus(tmp, data, splits, options))
     files = json.loads((corpus / "manifest.json").read_text())["splits"]
@@ -153,7 +173,7 @@ def prepare(data, tokenizer_config, tokenizer: PreTrainedTokenizerFast | None = 
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_config.path)
     if tokenizer is None:
         sample = getattr(tokenizer_config, "sample", None)
-        bpe_key = fingerprint(FORMAT, corpus_key, tokenizer_config.vocab_size, tokenizer_config.min_frequency, sample)
+        bpe_key = fingerprint(code, corpus_key, tokenizer_config.vocab_size, tokenizer_config.min_frequency, sample)
         folders["bpe"] = _entry(cache, f"bpe-{bpe_key}", lambda tmp: _learn_bpe(
             tmp, corpus, files[data.train_split], keep[data.train_split], src, tgt, tokenizer_config, sample))
         tokenizer = AutoTokenizer.from_pretrained(folders["bpe"])
@@ -161,7 +181,7 @@ def prepare(data, tokenizer_config, tokenizer: PreTrainedTokenizerFast | None = 
     if not getattr(tokenizer, "is_fast", False):
         raise DataError(f"the tokenizer ({tokenizer_config.path or type(tokenizer).__name__}) is not a fast "
                         "(tokenizers) tokenizer: give tokenizer.path a folder with a tokenizer.json")
-    tokens_key = fingerprint(FORMAT, corpus_key, hashlib.blake2b(tokenizer.backend_tokenizer.to_str().encode())
+    tokens_key = fingerprint(code, corpus_key, hashlib.blake2b(tokenizer.backend_tokenizer.to_str().encode())
                              .hexdigest(), data.max_length)
     folders["tokenized"] = _entry(cache, f"tokenized-{tokens_key}", lambda tmp: _tokenize(
         tmp, corpus, files, keep, tokenizer, src, tgt, data.max_length))
@@ -185,17 +205,13 @@ def _entry(cache: Path, name: str, build) -> Path:
         logger.info("prepared data found: %s", final)
         return final
     cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / f".{name}.lock", "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            logger.info("waiting for another process that prepares %s", final)
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    with _locked(cache / f".{name}.lock", final):
         if final.is_dir():  # the other process finished it
             return final
         for stale in cache.glob(f".{name}.tmp-*"):  # left by a killed preparation (we hold the lock)
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=cache))
+        os.chmod(tmp, new_folder_mode())  # mkdtemp makes it 0700: the umask decides who else may read it
         try:
             build(tmp)
             os.rename(tmp, final)
@@ -204,6 +220,29 @@ def _entry(cache: Path, name: str, build) -> Path:
             raise
     logger.info("prepared %s", final)
     return final
+
+
+@contextlib.contextmanager
+def _locked(path: Path, entry: Path) -> Iterator[None]:
+    """Hold the lock file `path` while `entry` is prepared: processes preparing the same entry take turns, on this
+    machine or, through a shared file system, on several (filelock: flock, or Windows' locking). Where the file system
+    has no such locks (some NFS or Lustre mounts), a lock file that exists while held (filelock's SoftFileLock; a
+    process killed while holding it leaves it behind: delete it to go on)."""
+    lock = FileLock(path, mode=new_file_mode())  # the umask decides who else may take it: a group's shared cache
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        logger.info("waiting for another process that prepares %s", entry)
+        lock.acquire()
+    except (NotImplementedError, OSError) as error:
+        logger.info("%s: no file locks on this file system (%s); using a lock file that exists while held",
+                    path.parent, error)
+        lock = SoftFileLock(path.with_suffix(".softlock"), mode=new_file_mode())
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _load_splits(folder: Path) -> DatasetDict:
@@ -391,21 +430,22 @@ TOKEN_SCHEMA = pa.schema([("input_ids", pa.list_(pa.int32())), ("labels", pa.lis
                           ("_truncated", pa.bool_())])
 
 
-def _encode(pairs: pa.StructArray, backend, src: str, tgt: str, max_length: int | None) -> pa.Table:
+def _encode(pairs: pa.StructArray, backend, src: str, tgt: str, max_length: int | None,
+            eos_id: int | None) -> pa.Table:
     """input_ids and labels of pairs: the tokenizer's encoding of each side (ending in </s>), truncated to max_length
-    keeping the </s>."""
+    keeping the </s> (`eos_id`, the tokenizer's)."""
     truncated = np.zeros(len(pairs), dtype=bool)
     columns = {}
     for name, lang in (("input_ids", src), ("labels", tgt)):
         ids = [encoding.ids for encoding in backend.encode_batch(pairs.field(lang).to_pylist())]
-        truncated |= np.array(truncate(ids, max_length), dtype=bool)
+        truncated |= np.array(truncate(ids, max_length, eos_id), dtype=bool)
         columns[name] = pa.array(ids, type=pa.list_(pa.int32()))
     return pa.table({**columns, "_truncated": pa.array(truncated)}, schema=TOKEN_SCHEMA)
 
 
 def _tokenize_shard(job: tuple) -> tuple[int, str, int]:
     """Tokenise the kept pairs of one marked shard; (pairs read, the token shard's name, pairs truncated)."""
-    corpus, name, out_folder, keep, backend, src, tgt, max_length = job
+    corpus, name, out_folder, keep, backend, src, tgt, max_length, eos_id = job
     out, rows, truncated = name.replace(".arrow", ".tokens.arrow"), 0, 0
     with pa.ipc.new_stream(str(out_folder / out), TOKEN_SCHEMA) as writer:
         for batch in _stream_batches(corpus / name):
@@ -413,7 +453,7 @@ def _tokenize_shard(job: tuple) -> tuple[int, str, int]:
             if keep is not None:
                 pairs = pairs.filter(pa.array(keep[rows:rows + batch.num_rows]))
             rows += batch.num_rows
-            table = _encode(pairs, backend, src, tgt, max_length)
+            table = _encode(pairs, backend, src, tgt, max_length, eos_id)
             truncated += int(pc.sum(table.column("_truncated")).as_py() or 0)
             writer.write_table(table)
     return rows, out, truncated
@@ -431,7 +471,7 @@ def _tokenize(tmp: Path, corpus: Path, files: dict[str, list[str]], keep: dict[s
         offsets = np.cumsum([0] + [_rows(corpus / name) for name in names])
         whole = keep[split].all()
         jobs = [(corpus, name, tmp, None if whole else keep[split][offsets[i]:offsets[i + 1]], backend, src, tgt,
-                 max_length) for i, name in enumerate(names)]
+                 max_length, tokenizer.eos_token_id) for i, name in enumerate(names)]
         results = _run_pass(_tokenize_shard, jobs, int(offsets[-1]), f"Tokenizing {split}")
         tokenized[split] = [out for _, out, _ in results]
         truncated[split] = sum(count for _, _, count in results)

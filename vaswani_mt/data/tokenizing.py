@@ -27,13 +27,14 @@ def check_max_length(max_length: int | None) -> None:
         raise ValueError(problem)
 
 
-def truncate(rows: list[list[int]], max_length: int | None) -> list[bool]:
-    """Cut, in place, every token list longer than `max_length` to `max_length` tokens ending in </s> (the model
-    must still see where the sentence ends); which rows were cut."""
+def truncate(rows: list[list[int]], max_length: int | None, eos_id: int | None = EOS_ID) -> list[bool]:
+    """Cut, in place, every token list longer than `max_length` to `max_length` tokens ending in `eos_id`, the
+    tokenizer's </s> (the model must still see where the sentence ends; a tokenizer without one: just cut); which
+    rows were cut."""
     cut = [max_length is not None and len(ids) > max_length for ids in rows]
     for row, is_cut in enumerate(cut):
         if is_cut:
-            rows[row] = rows[row][: max_length - 1] + [EOS_ID]
+            rows[row] = rows[row][: max_length - 1] + [eos_id] if eos_id is not None else rows[row][:max_length]
     return cut
 
 
@@ -49,7 +50,8 @@ def _tokenize_batch(
         return_attention_mask=False,
     )
     input_ids, labels = encoded["input_ids"], encoded["labels"]
-    truncated = [a or b for a, b in zip(truncate(input_ids, max_length), truncate(labels, max_length))]
+    eos_id = tokenizer.eos_token_id
+    truncated = [a or b for a, b in zip(truncate(input_ids, max_length, eos_id), truncate(labels, max_length, eos_id))]
     result = {"input_ids": input_ids, "labels": labels, "_truncated": truncated}
     if with_attention_mask:
         result["attention_mask"] = [[1] * len(ids) for ids in input_ids]

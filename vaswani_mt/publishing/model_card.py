@@ -179,7 +179,8 @@ def render_card(record: RunRecord, repo_id: str | None = None, license: str | No
                                                            ("test_split", "test")) if data.get(key)],
         cleaning=_cleaning_rows(record.data),
         recipe=_recipe_rows(config.get("training") or {}, data.get("valid_subset"),
-                            record.training.steps if record.training else None),
+                            record.training.steps if record.training else None,
+                            record.training.precision if record.training else None),
         run=_run_rows(record.training, record.command),
         max_positions=model_config.get("max_position_embeddings"),
         licence={"id": licence["license"], "link": licence.get("license_link"), "name_given": bool(license_name)})
@@ -304,9 +305,10 @@ def _cooldown(t, updates: int | None) -> str:
     return text + (f", but the run stopped at update {updates:,}" if updates is not None and updates < end else "")
 
 
-def _recipe_rows(t, subset: int | None = None, updates: int | None = None) -> list[tuple]:
+def _recipe_rows(t, subset: int | None = None, updates: int | None = None, precision: str | None = None) -> list[tuple]:
     """The training section of a run config as table rows; `subset`: data.valid_subset (validation on that many);
-    `updates`: the run's updates (the record's), to say whether it finished its cool-down."""
+    `updates`: the run's updates (the record's), to say whether it finished its cool-down; `precision`: what the run
+    computed in and why (the record's; runs before it have only `bf16`, true or false)."""
     rows = []
     until = f" and {t['max_minutes']} minutes" if t.get("max_minutes") else ""
     if "adam_beta1" in t:
@@ -344,7 +346,9 @@ def _recipe_rows(t, subset: int | None = None, updates: int | None = None) -> li
                  else "checkpoints")
         rows.append(("Checkpoint averaging", f"the last {t['average_last']} {saves}, kept if better on "
                                              "validation (§6.1)"))
-    if "bf16" in t:
+    if precision:
+        rows.append(("Precision", precision))
+    elif t.get("bf16") in (True, False):
         rows.append(("Precision", "bfloat16 autocast" if t["bf16"] else "float32"))
     if "seed" in t:
         rows.append(("Seed", str(t["seed"])))

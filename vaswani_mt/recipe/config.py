@@ -104,7 +104,7 @@ class TrainingConfig:
     length_penalty_style: str = "transformers"  # "transformers": score / length**alpha; "gnmt": GNMT's (§6.1)
     seed: int = 1
     num_threads: int | None = None  # torch CPU threads (None: torch's default)
-    bf16: bool = False  # bfloat16 autocast
+    bf16: bool | str = False  # bfloat16 autocast: true, false, or auto: where the CPU/GPU computes it natively
     torch_compile: bool = False  # torch.compile the model: faster steps on CUDA (docs/speed.md), minutes to compile
 
 

@@ -50,6 +50,7 @@ from ..metrics import corpus_scores, moses_tokenized_bleu, tokenized_bleu
 from ..model.configuration_vaswani import VaswaniConfig
 from ..model.modeling_vaswani import VaswaniForConditionalGeneration
 from ..model.pipeline_vaswani import save_for_pipeline
+from ..precision import Bf16Choice, choose_bf16
 from ..run_record import (
     Hardware,
     ModelFacts,
@@ -98,8 +99,10 @@ def train_run(config: RunConfig, resume: bool = False, command: str | None = Non
 
 
 def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started: float) -> RunRecord:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    bf16 = choose_bf16(config.training.bf16, device)  # training.bf16: auto -> where the device computes it natively
     args = VaswaniTrainingArguments.from_config(
-        config.training, str(run.checkpoints), use_cpu=not torch.cuda.is_available(), report_to=[],
+        config.training, str(run.checkpoints), use_cpu=device == "cpu", bf16=bf16.enabled, report_to=[],
         ddp_find_unused_parameters=False, dataloader_num_workers=0, disable_tqdm=not sys.stderr.isatty())
     if config.training.num_threads:
         torch.set_num_threads(config.training.num_threads)
@@ -115,7 +118,7 @@ def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started:
                 save_run_config(config, run.config)
             if config.tokenizer.path is None and resumed_tokenizer is None:
                 prepared.tokenizer.save_pretrained(run.tokenizer)
-        record = _train_and_finish(config, run, args, prepared, resume, command)
+        record = _train_and_finish(config, run, args, prepared, resume, command, bf16)
         if args.should_save:
             logger.info("run complete after %s; its record: %s", duration(time.perf_counter() - started), run.record)
     return record
@@ -180,9 +183,9 @@ def _run_log(run: RunFolder, is_main: bool) -> Iterator[None]:
 
 
 def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingArguments, prepared, resume: bool,
-                      command: str) -> RunRecord:
+                      command: str, bf16: Bf16Choice) -> RunRecord:
     tokenizer, tokenized = prepared.tokenizer, prepared.tokenized
-    logger.info("run folder %s; world size %d", run.root, args.world_size)
+    logger.info("run folder %s; world size %d; %s", run.root, args.world_size, bf16.describe())
     if args.device.type == "cpu" and keep_freed_memory():
         logger.info("malloc keeps freed memory for the next step (vaswani_mt.recipe.host_memory)")
     logger.info("data: %s; prepared in %s", prepared.report.summary(),
@@ -224,7 +227,8 @@ def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingAr
         command=command,
         training=TrainingFigures.from_trainer_state(
             trainer.state, args.world_size, wall_seconds_this_process=round(train_seconds, 1),
-            train_runtime_seconds=train_metrics.get("train_runtime"), hardware=Hardware.of_this_machine()),
+            train_runtime_seconds=train_metrics.get("train_runtime"), hardware=Hardware.of_this_machine(),
+            precision=bf16.describe()),
         model=ModelFacts(preset=config.model.preset, parameters=model.num_parameters(),
                          config=model.config.to_diff_dict()),
         data=prepared.report.to_dict(),

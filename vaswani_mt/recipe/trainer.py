@@ -42,6 +42,7 @@ from ..files import (  # noqa: F401
 )
 from ..metrics import corpus_scores
 from ..model.pipeline_vaswani import save_for_pipeline
+from ..precision import choose_bf16
 from ..run_record import RunRecord
 from .config import TrainingConfig
 from .loss import training_loss
@@ -119,6 +120,11 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         `Seq2SeqTrainingArguments` (e.g. `use_cpu`, `disable_tqdm`)."""
         t = training
         named = {**_arguments_named_by(t), "max_steps": -1 if t.max_steps is None else t.max_steps}  # -1: epochs
+        if "bf16" in settings:  # decided by the caller (`train_run` logs and records why)
+            del named["bf16"]
+        else:  # "auto": bfloat16 where the device computes it natively
+            device = "cpu" if settings.get("use_cpu") or not torch.cuda.is_available() else "cuda"
+            named["bf16"] = choose_bf16(t.bf16, device).enabled
         return cls(
             output_dir=output_dir, **named, num_train_epochs=t.num_epochs, generation_num_beams=t.num_beams,
             eval_strategy="steps", save_strategy="steps", save_steps=t.eval_steps,
