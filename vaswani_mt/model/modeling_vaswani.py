@@ -33,8 +33,8 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils import TransformersKwargs, can_return_tuple
-from typing_extensions import Unpack  # typing's from Python 3.11; torch requires typing_extensions
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+from typing_extensions import Unpack  # typing's from Python 3.11; torch requires typing_extensions
 
 from .configuration_vaswani import VaswaniConfig
 
@@ -476,7 +476,8 @@ class VaswaniModel(VaswaniPreTrainedModel):
     tied, the output projection) use one matrix `shared` (§3.4): shared by module identity, so that sharing does
     not depend on `tie_word_embeddings`."""
 
-    # With share_embeddings the checkpoint stores only `shared.weight`; the stacks' names are aliases of it.
+    # With share_embeddings the checkpoint stores only `shared.weight`; the stacks' names are tied to it
+    # (`_tied_weights_keys`), so transformers reports them missing only when the checkpoint lacks `shared.weight` too.
     _keys_to_ignore_on_load_missing = None
 
     def __init__(self, config: VaswaniConfig):
