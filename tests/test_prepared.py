@@ -313,3 +313,12 @@ def test_truncation_ends_a_cut_sentence_with_the_tokenizers_own_end_of_sentence_
     rows = list(tokenized["input_ids"]) + list(tokenized["labels"])
     assert all(len(ids) <= 4 and ids[-1] == 2 for ids in rows)
     assert any(len(ids) == 4 for ids in rows)
+
+
+def test_prepare_warns_once_per_split_of_the_examples_it_truncates(tmp_path, caplog):
+    options = ["--data.path", str(_corpus(tmp_path / "corpus")), "--data.test_split", "test", "--data.cache_dir",
+               str(tmp_path / "cache"), "--tokenizer.vocab_size", "320", "--data.max_length", "6"]
+    with caplog.at_level(logging.WARNING, logger="vaswani_mt.data.prepared"):
+        assert main(["prepare", "--config", "multi30k-en-de", *options]) == 0
+    warnings = [r.getMessage() for r in caplog.records if "truncated to data.max_length=6" in r.getMessage()]
+    assert sorted(w.split(":")[0] for w in warnings) == ["test", "train", "valid"]

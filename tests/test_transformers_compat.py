@@ -206,6 +206,15 @@ def test_a_half_precision_model_decodes_with_transformers_loops_on_every_device(
     assert reason == f"{str(dtype)[6:]} weights"
 
 
+@pytest.mark.parametrize("loop", ["_sample", "_beam_search"])
+def test_without_a_transformers_loop_to_hand_back_to_generate_stays_with_transformers(model, monkeypatch, caplog, loop):
+    monkeypatch.setattr(generation, "_warned", set())
+    monkeypatch.delattr(GenerationMixin, loop)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert generation.hands_over(model, model.generation_config, {}) == f"no GenerationMixin.{loop}"
+    assert f"transformers has no GenerationMixin.{loop}" in caplog.text
+
+
 def test_packed_mkl_products_that_compute_something_else_are_not_used(model, tokenizer, monkeypatch):
     inputs = _inputs(tokenizer)
     expected = model.generate(**inputs, num_beams=4, max_new_tokens=10)

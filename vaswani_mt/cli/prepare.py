@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_run_config(known.config, parse_overrides(rest), quick=known.quick)
         prepared = prepare(config.data, config.tokenizer)
+        prepared.warn_truncated()
     except (ConfigError, DataError) as error:
         print(f"vaswani-mt prepare: error: {error}", file=sys.stderr)
         return 2

@@ -146,6 +146,15 @@ class PreparedData:
     report: CleaningReport
     folders: dict[str, Path]
     truncated: dict[str, int]  # examples per split cut to data.max_length tokens
+    max_length: int | None = None  # data.max_length
+
+    def warn_truncated(self) -> None:
+        """One warning per split with examples cut to `max_length` tokens (the callers log it where their user reads:
+        `vaswani-mt prepare` on stderr, a run in its train.log too)."""
+        for split, count in self.truncated.items():
+            if count:
+                logger.warning("%s: %d of %d examples are truncated to data.max_length=%d tokens", split, count,
+                               len(self.tokenized[split]), self.max_length)
 
 
 def prepare(data, tokenizer_config, tokenizer: PreTrainedTokenizerFast | None = None,
@@ -187,14 +196,10 @@ def prepare(data, tokenizer_config, tokenizer: PreTrainedTokenizerFast | None = 
         tmp, corpus, files, keep, tokenizer, src, tgt, data.max_length))
     tokenized = _load_splits(folders["tokenized"]).remove_columns("_truncated")
     truncated = json.loads((folders["tokenized"] / "manifest.json").read_text())["truncated"]
-    for split, count in truncated.items():
-        if count:
-            logger.warning("%s: %d of %d examples are truncated to data.max_length=%d tokens", split, count,
-                           len(tokenized[split]), data.max_length)
     text = DatasetDict({split: (dataset if keep[split].all() else dataset.select(np.flatnonzero(keep[split])))
                         .remove_columns(CLEANING_MARKS) for split, dataset in marked.items()})
     return PreparedData(text=text, tokenized=tokenized, tokenizer=tokenizer, report=report, folders=folders,
-                        truncated=truncated)
+                        truncated=truncated, max_length=data.max_length)
 
 
 # --- entries -------------------------------------------------------------------------------------------------------

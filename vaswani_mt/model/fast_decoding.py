@@ -123,6 +123,10 @@ def hands_over(model: nn.Module, generation_config, kwargs: dict) -> str | None:
     on the model's and the call's generation config alike (generate() merges the two)."""
     if not getattr(model, "use_fast_decoding", True):
         return "use_fast_decoding is off"
+    missing = next((name for name in _TRANSFORMERS_LOOPS.values() if not hasattr(GenerationMixin, name)), None)
+    if missing is not None:  # our loop could not hand a call back: transformers decodes every call on its own
+        _warn_once(f"transformers has no GenerationMixin.{missing} to hand a call back to")
+        return f"no GenerationMixin.{missing}"
     for name in ("streamer", "assistant_model", "custom_generate", "synced_gpus"):
         if kwargs.get(name):
             return name

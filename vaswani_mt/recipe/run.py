@@ -190,10 +190,7 @@ def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingAr
         logger.info("malloc keeps freed memory for the next step (vaswani_mt.recipe.host_memory)")
     logger.info("data: %s; prepared in %s", prepared.report.summary(),
                 ", ".join(str(folder) for folder in prepared.folders.values()))
-    for split, count in prepared.truncated.items():
-        if count:
-            logger.warning("%s: %d of %d examples are truncated to data.max_length=%d tokens", split, count,
-                           len(tokenized[split]), config.data.max_length)
+    prepared.warn_truncated()
     valid = tokenized[config.data.valid_split]
     if config.data.valid_subset is not None:
         valid = valid.select(range(min(config.data.valid_subset, len(valid))))
