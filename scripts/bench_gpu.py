@@ -18,7 +18,8 @@ the first `--limit`, sorted by token length (longest first) into batches of `--b
 model's defaults (its length penalty, e.g. 0.6 for the paper's and 1.0 for the Multi30k configs; at most padded
 source length + 50 new tokens, passed explicitly so that Marian gets the same limit) greedy (`num_beams=1`) and
 beam 4, with the models cast to float32 and to bfloat16. Systems:
-`ours` (generate() as shipped: the fast loops), `ours, transformers loop` (`use_fast_decoding = False`) and `marian`.
+`ours` (generate() as shipped: the fast loops in float32; a bfloat16 model decodes with transformers' loops),
+`ours, transformers loop` (`use_fast_decoding = False`) and `marian`.
 After one warm-up call each, prints seconds and sentences/s (median over `--reps`), the ratio to Marian, and how many
 outputs (token ids) equal Marian's and those of transformers' loop; with `--model` the float32 ones must all be
 equal (exit code 1 otherwise). Without `--model` nothing is trained: random weights of the small shape on random

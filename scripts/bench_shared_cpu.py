@@ -12,8 +12,8 @@ the same machine leaves it (two runs sharing 2 cores fairly keep about 50 % each
 Variants (`--variants`): `torch` — torch as it starts without vaswani_mt (OpenMP threads on every core; a waiting
 thread spins 300,000 times before it sleeps); `shipped` — vaswani_mt imported first, as `vaswani-mt` and
 `python -m vaswani_mt.cli.*` do: a waiting thread spins 10,000 times (`GOMP_SPINCOUNT`, set by
-`vaswani_mt/__init__.py`); `one-thread` — one torch thread per process, for comparison. The CPU model and flags are printed beside the figures. Run it alone on
-the machine.
+`vaswani_mt/__init__.py`); `one-thread` — one torch thread per process, for comparison. The CPU model and flags are
+printed beside the figures. Run it alone on the machine.
 """
 
 from __future__ import annotations

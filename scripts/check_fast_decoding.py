@@ -4,7 +4,7 @@
     python scripts/check_fast_decoding.py runs/NAME/model --source test.en --limit 200
 
 Translates the source file twice through `vaswani-mt translate`'s core (token batches, the model's default decoding:
-beam 4, length penalty 0.6, up to source length + 50 tokens): once with `generate()` as shipped (the loops of
+its saved beam size and length penalty, up to source length + 50 tokens): once with `generate()` as shipped (the loops of
 vaswani_mt/model/fast_decoding.py), once with `model.use_fast_decoding = False` (transformers' loops). Prints both
 times, the speed-up and how many translations are identical. Exit code 1 when any translation differs.
 """

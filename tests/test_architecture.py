@@ -12,7 +12,8 @@ import vaswani_mt
 PACKAGE = Path(vaswani_mt.__file__).parent
 
 # ARCHITECTURE.md, bottom to top: a module may import its own folder and any layer with a lower rank.
-RANKS = {"model": 0, "files": 1, "typed": 1, "precision": 1, "run_record": 2, "data": 3, "metrics": 3, "recipe": 4, "inference": 5,
+RANKS = {"model": 0, "files": 1, "typed": 1, "precision": 1,
+         "run_record": 2, "data": 3, "metrics": 3, "recipe": 4, "inference": 5,
          "publishing": 6, "": 7, "cli": 8}  # "": the package's __init__.py, its public API
 
 

@@ -134,12 +134,10 @@ def test_a_transformers_helper_that_changed_behaviour_sends_beam_search_to_trans
 
 
 @pytest.mark.parametrize("norm_style", ["post", "pre"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_our_loops_and_the_installed_transformers_decode_the_check_model_alike_on_the_cpu(monkeypatch,
-                                                                                         make_tiny_model, norm_style,
-                                                                                         dtype):
+                                                                                         make_tiny_model, norm_style):
     monkeypatch.setattr(generation, "_agreement", {})
-    assert generation.loops_agree_with_transformers(make_tiny_model(norm_style=norm_style).to(dtype))
+    assert generation.loops_agree_with_transformers(make_tiny_model(norm_style=norm_style))
     assert len(generation._agreement) == 1
 
 

@@ -31,8 +31,8 @@ def _trained_like(make_tiny_model):
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("num_beams", [1, 4])
-def test_a_folder_loaded_in_half_precision_generates_with_either_loop_alike(make_tiny_model, tmp_path, device, dtype,
-                                                                            num_beams):
+def test_a_folder_loaded_in_half_precision_generates_as_transformers_loops_do(make_tiny_model, tmp_path, device, dtype,
+                                                                               num_beams):
     _trained_like(make_tiny_model).save_pretrained(tmp_path)
     model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, dtype=dtype).to(device)
     assert {p.dtype for p in model.parameters()} == {dtype}

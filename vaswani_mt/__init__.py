@@ -10,8 +10,8 @@ import os
 
 # Before anything loads torch, and so OpenMP (GNU's, in torch's Linux wheels): a thread that waits for work spins
 # 10,000 times, not 300,000, before it sleeps (a value the user set wins). Threads of two processes spinning on the
-# same cores keep each other from working: two trainings on 2 cores kept 11 % of their speed each, with the shorter
-# spin about 40 %, and a run alone is as fast (docs/speed.md).
+# same cores keep each other from working: two trainings on 2 cores kept 11-16 % of their speed each, with the
+# shorter spin 43-44 %, and a run alone is as fast (docs/speed.md).
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM

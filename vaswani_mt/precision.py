@@ -1,7 +1,7 @@
 """Where bfloat16 pays: on a CUDA device that supports it, and on a CPU that multiplies bfloat16 natively (AVX512-BF16
 or AMX). Elsewhere torch multiplies bfloat16 matrices in a generic fallback: on an AMD EPYC with AVX2 only,
 `vaswani-mt train --config multi30k-en-de --quick` trained at 200-224 target tokens/s in bfloat16 autocast against
-2,700-2,900 in float32, the same losses (docs/speed.md).
+2,700-2,900 in float32, the same losses (docs/model.md).
 
 `training.bf16: auto` (the shipped configs) asks `choose_bf16`; `true` on a CPU without native bfloat16 is kept, with
 one warning that says what it costs.
@@ -58,7 +58,7 @@ def native_bf16(device_type: str) -> tuple[bool, str]:
         if not torch.cuda.is_available():
             return False, "no CUDA device"
         name = torch.cuda.get_device_name()
-        if torch.cuda.is_bf16_supported():
+        if _cuda_bf16_native():
             return True, f"{name} supports bfloat16"
         return False, f"{name} has no bfloat16"
     if device_type == "cpu":
@@ -67,6 +67,14 @@ def native_bf16(device_type: str) -> tuple[bool, str]:
             return True, f"the CPU multiplies bfloat16 natively ({', '.join(flags)})"
         return False, f"the CPU has no native bfloat16 (no {' or '.join(NATIVE_BF16_FLAGS)}): {SLOW_BF16}"
     return False, f"bfloat16 on {device_type} is not known to pay"
+
+
+def _cuda_bf16_native() -> bool:
+    """bfloat16 in the GPU's own units (Ampere and later), not emulated (`is_bf16_supported` counts emulation)."""
+    try:
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:  # a torch without the argument
+        return torch.cuda.is_bf16_supported()
 
 
 def choose_bf16(setting: bool | str, device_type: str) -> Bf16Choice:

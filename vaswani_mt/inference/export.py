@@ -13,8 +13,8 @@ Hugging Face architecture on the CTranslate2 side. Everything our model computes
 
 CTranslate2 is an optional dependency: ``pip install "vaswani-mt[ctranslate2]"``.
 
-The export folder holds the tokenizer and the model's decoding defaults (`DECODING_FILE`: beam 4, length penalty
-0.6, at most source length + 50 tokens for ours), so ``vaswani-mt translate OUT`` translates with CTranslate2 as
+The export folder holds the tokenizer and the model's decoding defaults (`DECODING_FILE`: its generation config's
+beam size and length penalty, at most source length + 50 tokens), so ``vaswani-mt translate OUT`` translates with CTranslate2 as
 ``vaswani-mt translate MODEL`` does with PyTorch (`ExportedModel`). From Python::
 
     translator = ctranslate2.Translator(out_dir)

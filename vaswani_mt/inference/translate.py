@@ -56,9 +56,9 @@ def translate_lines(
     `model.generate`, yields the window's translations in input order, then reads the next window. So at most
     `sort_window` lines (and their translations) are in memory.
 
-    Decoding defaults are the model's (vaswani_mt: beam 4, length penalty 0.6, up to source length + 50 new tokens,
-    from the padded length of the batch); `num_beams`, `max_new_tokens` and other keyword arguments go to
-    `generate()`. Empty or blank lines give "" without a model call. Sources longer than the model's
+    Decoding defaults are the model's (its saved generation config, e.g. beam 4 and length penalty 0.6; up to source
+    length + 50 new tokens, from the padded length of the batch); `num_beams`, `max_new_tokens` and other keyword
+    arguments go to `generate()`. Empty or blank lines give "" without a model call. Sources longer than the model's
     `max_position_embeddings` are truncated with a warning (`truncation=False`: ValueError); a `max_new_tokens` above
     it is lowered to it (one warning, before any line is read). `on_translated(n)` is called after each batch with
     the number of lines it finished (for progress bars).

@@ -51,8 +51,9 @@ class TranslationPipeline(Pipeline):
     Decoding
         Every keyword that is not a pipeline option goes to ``model.generate()`` (``num_beams``, ``max_new_tokens``,
         ``length_penalty``, ``num_return_sequences``, ``do_sample``, a ``generation_config``, ...). Nothing is added:
-        the defaults are the model's own, which for vaswani_mt are the paper's (§6.1): beam size 4, length penalty
-        0.6 and at most (source length + 50) new tokens, where the source length is the padded length of the batch.
+        the defaults are the model's own: its saved generation config (what `vaswani-mt train` wrote: the run's beam
+        size and length penalty, §6.1's 4 and 0.6 by default; greedy for a model built from a config) and at most
+        (source length + 50) new tokens, where the source length is the padded length of the batch.
 
     Special cases
         * An empty or whitespace-only string translates to ``""`` without running the model.
@@ -72,8 +73,8 @@ class TranslationPipeline(Pipeline):
     _load_feature_extractor = False
     _load_video_processor = False
     _pipeline_calls_generate = True
-    # No pipeline-level generation defaults: the model's generation config and generate() decide (beam 4, length
-    # penalty 0.6, source length + 50 for vaswani_mt). A default max length here would override the paper's.
+    # No pipeline-level generation defaults: the model's generation config and generate() decide (the saved beam
+    # size and length penalty, source length + 50 for vaswani_mt). A default max length here would override the paper's.
     _default_generation_config = None
 
     def __init__(self, *args, **kwargs):

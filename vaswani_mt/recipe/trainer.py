@@ -72,7 +72,9 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
 
     Changed defaults, those of the run config's `training` section (`TrainingConfig`): `adam_beta2=0.98`,
     `adam_epsilon=1e-9`, `warmup_steps=4000` (§5.3), `weight_decay=0`, `generation_num_beams=4` (§6.1), and
-    `predict_with_generate=True`. `learning_rate` is not used: the Noam schedule sets the rate.
+    `predict_with_generate=True`. `learning_rate` is not used: the Noam schedule sets the rate. Validation decodes
+    with `generation_num_beams` and the model's length penalty: a model built from a config has transformers' 1.0
+    until its generation config says otherwise (`vaswani-mt train` sets the run's, §6.1's 0.6 by default).
     `from_config` builds them from a run config's training section, as `vaswani-mt train` does.
     """
 
