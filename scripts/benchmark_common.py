@@ -35,6 +35,15 @@ def read_text_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").rstrip("\n").split("\n")
 
 
+def read_test_set(source: Path, reference: Path, limit: int | None = None) -> tuple[list[str], list[str]]:
+    """The lines of a source file and of its reference translations (the first `limit` pairs); SystemExit naming both
+    files when their line counts differ."""
+    sources, references = read_text_lines(source), read_text_lines(reference)
+    if len(sources) != len(references):
+        raise SystemExit(f"{source} has {len(sources)} lines but {reference} has {len(references)}")
+    return (sources[:limit], references[:limit]) if limit else (sources, references)
+
+
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo), printed beside every figure: ratios differ between CPUs."""
     try:

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmark_common import MULTI30K, cpu_model, find_model_folder, read_text_lines
+from benchmark_common import MULTI30K, cpu_model, find_model_folder, read_test_set
 
 
 def translate(folder: Path, dtype, device: str, sources: list[str], fast: bool = True,
@@ -70,11 +70,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     folder = find_model_folder(args.run)
-    sources, references = read_text_lines(args.source), read_text_lines(args.reference)
-    if len(sources) != len(references):
-        raise SystemExit(f"{args.source} has {len(sources)} lines but {args.reference} has {len(references)}")
-    if args.limit:
-        sources, references = sources[: args.limit], references[: args.limit]
+    sources, references = read_test_set(args.source, args.reference, args.limit)
 
     rows, disagreements, rounding = [], {}, {}
     translate(folder, torch.float32, device, sources[:64])  # warm-up: kernels, allocator, the loops' check

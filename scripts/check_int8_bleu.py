@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmark_common import MULTI30K, find_model_folder, read_text_lines
+from benchmark_common import MULTI30K, find_model_folder, read_test_set
 
 
 def main(argv=None) -> int:
@@ -40,11 +40,7 @@ def main(argv=None) -> int:
     from vaswani_mt.metrics import corpus_scores
 
     folder = find_model_folder(args.run)
-    sources, references = read_text_lines(args.source), read_text_lines(args.reference)
-    if len(sources) != len(references):
-        raise SystemExit(f"{args.source} has {len(sources)} lines but {args.reference} has {len(references)}")
-    if args.limit:
-        sources, references = sources[: args.limit], references[: args.limit]
+    sources, references = read_test_set(args.source, args.reference, args.limit)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     torch.set_num_threads(args.threads)
 
