@@ -199,8 +199,9 @@ def loops_agree_with_transformers(model: nn.Module) -> bool:
 
 
 def _decode_check_model(device_type: str = "cpu", dtype: torch.dtype = torch.float32, norm_style: str = "post") -> bool:
-    """Our loops and transformers' (with its cache, as generate() runs them without us; in float32 also without it,
-    the reference that depends on nothing but the model's forward) decode a seeded small model alike."""
+    """Our loops and transformers' (with its cache, as generate() runs them without us, and without it, the reference
+    that depends on nothing but the model's forward) decode a seeded small model alike. Half-precision models never
+    get here: they decode with transformers' loops (`fast_decoding_blocker`)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(20170612)
         model = VaswaniForConditionalGeneration(VaswaniConfig(**_CHECK_CONFIG, norm_style=norm_style)).eval()
@@ -211,12 +212,11 @@ def _decode_check_model(device_type: str = "cpu", dtype: torch.dtype = torch.flo
     mask[1, :3] = 0  # one padded source (left padding: the tokenizer's side does not matter to the encoder)
     source[1, :3] = model.config.pad_token_id
     source, mask = source.to(model.device), mask.to(model.device)
-    caches = (True, False) if dtype == torch.float32 else (True,)
     for call in _CHECK_CALLS:
         ours = model.generate(source, attention_mask=mask, max_new_tokens=12, **call)
         model.use_fast_decoding = False
         try:
-            for use_cache in caches:
+            for use_cache in (True, False):
                 theirs = model.generate(source, attention_mask=mask, max_new_tokens=12, use_cache=use_cache, **call)
                 if ours.shape != theirs.shape or not torch.equal(ours, theirs):
                     return False
