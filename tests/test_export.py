@@ -24,8 +24,12 @@ UNSEEN = ["a cat runs on the grass .", "men play in the park .", "die frau kocht
 def trained(request, tokenizer):
     """A tiny model trained for a second to map each sentence to another one: unlike a random model it ends its
     outputs with </s> at varied lengths, so beam search has real decisions to make."""
+    return train_tiny(tokenizer, norm_style=request.param)
+
+
+def train_tiny(tokenizer, **overrides):
     torch.manual_seed(0)
-    config = VaswaniConfig.from_preset("tiny", vocab_size=len(tokenizer), norm_style=request.param, dropout=0.0)
+    config = VaswaniConfig.from_preset("tiny", vocab_size=len(tokenizer), dropout=0.0, **overrides)
     model = VaswaniForConditionalGeneration(config)
     batch = tokenizer(SENTENCES, text_target=SENTENCES[3:] + SENTENCES[:3], return_tensors="pt", padding=True)
     batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
@@ -70,6 +74,25 @@ def test_float32_export_decodes_token_for_token_like_generate(trained, tokenizer
                                   max_new_tokens=30, early_stopping=True, return_dict_in_generate=True,
                                   output_scores=True)
         assert torch.allclose(torch.tensor([r.scores[0] for r in results]), scored.sequences_scores, atol=1e-4)
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_learned_positions_export_with_each_stacks_table_and_decode_like_generate(tokenizer, tmp_path, beams):
+    model = train_tiny(tokenizer, position_embedding="learned")
+    assert not torch.equal(model.model.encoder.embed_positions.weight, model.model.decoder.embed_positions.weight)
+    translator = ctranslate2.Translator(str(export_ctranslate2(model, tmp_path / "ct2", tokenizer=tokenizer)))
+    texts = SENTENCES + UNSEEN
+    expected = hf_ids(model, tokenizer, texts, num_beams=beams, max_new_tokens=30, early_stopping=True)
+    results = translator.translate_batch(source_tokens(tokenizer, texts), beam_size=beams, length_penalty=0.6,
+                                         max_decoding_length=30, min_decoding_length=0)
+    assert [tokenizer.convert_tokens_to_ids(r.hypotheses[0]) for r in results] == expected
+
+
+def test_heads_of_another_size_than_d_model_over_heads_are_refused_naming_the_field(tokenizer, tmp_path):
+    model = VaswaniForConditionalGeneration(VaswaniConfig.from_preset("tiny", vocab_size=len(tokenizer), d_v=16))
+    with pytest.raises(ValueError, match=r"VaswaniConfig.d_v=16 does not convert to CTranslate2"):
+        export_ctranslate2(model, tmp_path / "ct2", tokenizer=tokenizer)
+    assert not (tmp_path / "ct2").exists()
 
 
 @pytest.mark.parametrize("norm_style", ["post", "pre"])

@@ -64,9 +64,11 @@ def _torch_transformer(norm_style: str, config: VaswaniConfig) -> nn.Transformer
     return reference
 
 
+@pytest.mark.parametrize("position_embedding", ["sinusoidal", "learned"])
 @pytest.mark.parametrize("norm_style", ["post", "pre"])
-def test_logits_equal_torch_nn_transformer_with_padding_on_both_sides(norm_style, padded_batch):
-    config = VaswaniConfig.from_preset("tiny", norm_style=norm_style)
+def test_logits_equal_torch_nn_transformer_with_padding_on_both_sides(norm_style, position_embedding, padded_batch):
+    """Learned positions (Table 3 (E)) too: each stack's table added to the embeddings fed to torch's Transformer."""
+    config = VaswaniConfig.from_preset("tiny", norm_style=norm_style, position_embedding=position_embedding)
     reference = _torch_transformer(norm_style, config)
     model = _model_from_torch_transformer(reference, config)
     src, src_mask = padded_batch["input_ids"], padded_batch["attention_mask"].bool()
@@ -79,14 +81,16 @@ def test_logits_equal_torch_nn_transformer_with_padding_on_both_sides(norm_style
         ours = model(input_ids=src, attention_mask=src_mask.long(), decoder_input_ids=tgt,
                      decoder_attention_mask=tgt_mask.long()).logits
         embedding = model.model.shared.weight
-        table = sinusoidal_table(64, config.d_model)
 
-        def embed(ids):
+        def embed(ids, stack):
+            table = (stack.embed_positions.weight if position_embedding == "learned"
+                     else sinusoidal_table(64, config.d_model))
             return embedding[ids] * math.sqrt(config.d_model) + table[: ids.shape[1]]
 
         causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1])
-        hidden = reference(embed(src), embed(tgt), tgt_mask=causal, src_key_padding_mask=~src_mask,
-                           tgt_key_padding_mask=~tgt_mask, memory_key_padding_mask=~src_mask, tgt_is_causal=True)
+        hidden = reference(embed(src, model.model.encoder), embed(tgt, model.model.decoder), tgt_mask=causal,
+                           src_key_padding_mask=~src_mask, tgt_key_padding_mask=~tgt_mask,
+                           memory_key_padding_mask=~src_mask, tgt_is_causal=True)
         theirs = hidden @ embedding.T
 
     real = tgt_mask  # padded target positions carry no prediction

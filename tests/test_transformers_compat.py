@@ -133,29 +133,35 @@ def test_a_transformers_helper_that_changed_behaviour_sends_beam_search_to_trans
     assert len(warnings) == 1 and "decode differently" in warnings[0]
 
 
-@pytest.mark.parametrize("norm_style", ["post", "pre"])
+@pytest.mark.parametrize("shape", [dict(norm_style="post"), dict(norm_style="pre"), dict(d_k=4, d_v=16),
+                                   dict(position_embedding="learned")], ids=["post", "pre", "d_k-d_v", "learned"])
 def test_our_loops_and_the_installed_transformers_decode_the_check_model_alike_on_the_cpu(monkeypatch,
-                                                                                         make_tiny_model, norm_style):
+                                                                                         make_tiny_model, shape):
     monkeypatch.setattr(generation, "_agreement", {})
-    assert generation.loops_agree_with_transformers(make_tiny_model(norm_style=norm_style))
+    assert generation.loops_agree_with_transformers(make_tiny_model(**shape))
     assert len(generation._agreement) == 1
 
 
-def test_each_device_dtype_and_norm_style_is_checked_once_with_its_own_check_model(monkeypatch, make_tiny_model):
+def test_each_device_dtype_norm_style_head_size_and_position_kind_is_checked_once_with_its_own_check_model(
+        monkeypatch, make_tiny_model):
     checked = []
     monkeypatch.setattr(generation, "_agreement", {})
     monkeypatch.setattr(generation, "_decode_check_model", lambda *kind: checked.append(kind) or True)
     for model in (make_tiny_model(), make_tiny_model(), make_tiny_model(norm_style="pre"),
-                  make_tiny_model().to(torch.bfloat16)):
+                  make_tiny_model().to(torch.bfloat16), make_tiny_model(d_k=4), make_tiny_model(d_v=4, d_k=4),
+                  make_tiny_model(position_embedding="learned")):
         assert generation.loops_agree_with_transformers(model)
-    assert checked == [("cpu", torch.float32, "post"), ("cpu", torch.float32, "pre"), ("cpu", torch.bfloat16, "post")]
+    assert checked == [("cpu", torch.float32, "post", False, "sinusoidal"), ("cpu", torch.float32, "pre", False,
+                       "sinusoidal"), ("cpu", torch.bfloat16, "post", False, "sinusoidal"),
+                       ("cpu", torch.float32, "post", True, "sinusoidal"),
+                       ("cpu", torch.float32, "post", False, "learned")]
 
 
 def test_a_kind_of_model_whose_check_disagrees_decodes_with_transformers_loops_alone(monkeypatch, make_tiny_model,
                                                                                    caplog):
     monkeypatch.setattr(generation, "_agreement", {})
     monkeypatch.setattr(generation, "_warned", set())
-    monkeypatch.setattr(generation, "_decode_check_model", lambda device, dtype, norm: norm == "post")
+    monkeypatch.setattr(generation, "_decode_check_model", lambda device, dtype, norm, *shape: norm == "post")
     monkeypatch.setattr(generation, "greedy_search", lambda *a, **k: pytest.fail("our greedy search ran"))
     model = make_tiny_model(norm_style="pre")
     inputs = {"input_ids": torch.tensor([[5, 6, 7, 3]])}
@@ -163,7 +169,7 @@ def test_a_kind_of_model_whose_check_disagrees_decodes_with_transformers_loops_a
         out = model.generate(**inputs, max_new_tokens=5)
     model.use_fast_decoding = False
     assert torch.equal(out, model.generate(**inputs, max_new_tokens=5))
-    assert "(cpu, float32, pre-norm)" in caplog.text
+    assert "(cpu, float32, pre-norm, sinusoidal positions)" in caplog.text
 
 
 def test_the_check_of_our_loops_leaves_the_global_random_stream_alone(monkeypatch, make_tiny_model):

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+from ..model.convert import refuse_other_head_sizes
 from ..model.modeling_vaswani import OUTPUT_LENGTH_MARGIN, checked_length_penalty_style, length_penalty_style
 from ..model.pipeline_vaswani import text_preprocessing
 from .translate import (TranslateError, decoded_lines, decoding_defaults, fitting_new_tokens, load_model_and_tokenizer,
@@ -107,6 +108,7 @@ def build_spec(model, tokens: list[str]):
             "CTranslate2's Transformer has one head count for encoder and decoder; this model has "
             f"{config.encoder_attention_heads} and {config.decoder_attention_heads}"
         )
+    refuse_other_head_sizes(config, "CTranslate2")
     if config.activation_function not in _ACTIVATIONS:
         raise ValueError(f"activation {config.activation_function!r} has no CTranslate2 equivalent")
     activation = getattr(common_spec.Activation, _ACTIVATIONS[config.activation_function])
@@ -119,7 +121,11 @@ def build_spec(model, tokens: list[str]):
     )
     weights = _Weights()
     core = model.model
-    positions = weights(core.encoder.embed_positions.table)
+    # CTranslate2 looks positions up in a table: the sinusoids, or each stack's learned table (Table 3 (E))
+    learned = config.position_embedding == "learned"
+    encoder_positions, decoder_positions = (
+        weights(stack.embed_positions.weight if learned else stack.embed_positions.table)
+        for stack in (core.encoder, core.decoder))
     scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
 
     def linear(target, module):
@@ -155,7 +161,7 @@ def build_spec(model, tokens: list[str]):
     encoder, decoder = spec.encoder, spec.decoder
     encoder.embeddings[0].weight = weights(core.encoder.embed_tokens.weight)
     encoder.scale_embeddings = scale
-    encoder.position_encodings.encodings = positions
+    encoder.position_encodings.encodings = encoder_positions
     if core.encoder.layer_norm is not None:
         layer_norm(encoder.layer_norm, core.encoder.layer_norm)
     for target, layer in zip(encoder.layer, core.encoder.layers):
@@ -165,7 +171,7 @@ def build_spec(model, tokens: list[str]):
 
     decoder.embeddings.weight = weights(core.decoder.embed_tokens.weight)
     decoder.scale_embeddings = scale
-    decoder.position_encodings.encodings = positions
+    decoder.position_encodings.encodings = decoder_positions
     if core.decoder.layer_norm is not None:
         layer_norm(decoder.layer_norm, core.decoder.layer_norm)
     for target, layer in zip(decoder.layer, core.decoder.layers):

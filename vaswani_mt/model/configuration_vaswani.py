@@ -42,6 +42,7 @@ PRESETS: dict[str, dict] = {
 }
 
 NORM_STYLES = ("post", "pre")
+POSITION_EMBEDDINGS = ("sinusoidal", "learned")
 # Text preprocessing applied to raw input before the tokenizer (the model was trained on such text); see `preprocess`.
 PREPROCESSING = ("lowercase_moses",)
 _POSITIVE_INTS = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
@@ -65,6 +66,12 @@ def _check_field(name: str, value) -> None:
     elif name == "norm_style":
         if value not in NORM_STYLES:
             raise ValueError(f"VaswaniConfig.norm_style must be one of {NORM_STYLES}, got {value!r}")
+    elif name in ("d_k", "d_v"):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ValueError(f"VaswaniConfig.{name} must be None (d_model / heads) or a positive integer, got {value!r}")
+    elif name == "position_embedding":
+        if value not in POSITION_EMBEDDINGS:
+            raise ValueError(f"VaswaniConfig.position_embedding must be one of {POSITION_EMBEDDINGS}, got {value!r}")
     elif name == "preprocess":
         if value is not None and value not in PREPROCESSING:
             raise ValueError(f"VaswaniConfig.preprocess must be None or one of {PREPROCESSING}, got {value!r}")
@@ -97,9 +104,16 @@ class VaswaniConfig(PreTrainedConfig):
         decoder_layers (`int`, defaults to 6):
             Number of identical decoder layers (§3.1, N).
         encoder_attention_heads (`int`, defaults to 8):
-            Attention heads per encoder attention layer (§3.2.2, h); must divide `d_model`.
+            Attention heads per encoder attention layer (§3.2.2, h); must divide `d_model` unless `d_k` and `d_v`
+            are both set.
         decoder_attention_heads (`int`, defaults to 8):
-            Attention heads per decoder self- and cross-attention layer; must divide `d_model`.
+            Attention heads per decoder self- and cross-attention layer; the same rule.
+        d_k (`int`, *optional*):
+            Size of each head's queries and keys (§3.2.2, d_k). None: d_model / h, the paper's choice for every
+            model but Table 3's rows (B), which shrink it to 16 and 32 with d_v = 64.
+        d_v (`int`, *optional*):
+            Size of each head's values (§3.2.2, d_v); the heads' concatenation (h * d_v) is projected back to
+            d_model. None: d_model / h.
         encoder_ffn_dim (`int`, defaults to 2048):
             Inner width of the encoder's position-wise feed-forward networks (§3.3, d_ff).
         decoder_ffn_dim (`int`, defaults to 2048):
@@ -115,8 +129,12 @@ class VaswaniConfig(PreTrainedConfig):
         activation_dropout (`float`, defaults to 0.0):
             Dropout after the feed-forward non-linearity (not in the paper; fairseq's `relu_dropout`).
         max_position_embeddings (`int`, defaults to 1024):
-            Number of rows of the sinusoidal position table (§3.5): the longest source or target sequence, in
-            tokens, the model accepts. Longer inputs raise a `ValueError`.
+            Number of rows of the position table (§3.5): the longest source or target sequence, in tokens, the
+            model accepts. Longer inputs raise a `ValueError`.
+        position_embedding (`str`, defaults to `"sinusoidal"`):
+            `"sinusoidal"`: the fixed encodings of §3.5, stored nowhere. `"learned"`: a trained vector per position,
+            one table per stack (Table 3, row (E); fairseq's `--encoder-learned-pos`), which cannot go beyond
+            `max_position_embeddings` positions: §3.5 chose sinusoids because they may extrapolate.
         norm_style (`str`, defaults to `"post"`):
             `"post"`: LayerNorm(x + Sublayer(x)), as in the paper (§3.1). `"pre"`: x + Sublayer(LayerNorm(x)),
             with a final LayerNorm after each stack (Wang et al. 2019; trains without warm-up tricks at depth).
@@ -164,11 +182,14 @@ class VaswaniConfig(PreTrainedConfig):
     decoder_attention_heads: int = 8
     encoder_ffn_dim: int = 2048
     decoder_ffn_dim: int = 2048
+    d_k: int | None = None
+    d_v: int | None = None
     activation_function: str = "relu"
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
     max_position_embeddings: int = 1024
+    position_embedding: str = "sinusoidal"
     norm_style: str = "post"
     layer_norm_eps: float = 1e-5
     scale_embedding: bool = True
@@ -217,14 +238,15 @@ class VaswaniConfig(PreTrainedConfig):
     def validate_fields(self) -> None:
         """Raise `ValueError` naming the field and the rule for any invalid value."""
         for name in (*_POSITIVE_INTS, *_PROBABILITIES, "norm_style", "layer_norm_eps", "activation_function",
-                     "preprocess"):
+                     "preprocess", "d_k", "d_v", "position_embedding"):
             _check_field(name, getattr(self, name))
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             heads = getattr(self, name)
-            if self.d_model % heads:
+            unset = [field for field in ("d_k", "d_v") if getattr(self, field) is None]
+            if unset and self.d_model % heads:
                 raise ValueError(
                     f"VaswaniConfig.d_model ({self.d_model}) must be divisible by {name} ({heads}): "
-                    "each head gets d_model / heads dimensions (§3.2.2)"
+                    f"{' and '.join(unset)} unset means d_model / heads dimensions per head (§3.2.2)"
                 )
         for name in ("pad_token_id", "bos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
@@ -232,6 +254,10 @@ class VaswaniConfig(PreTrainedConfig):
                 raise ValueError(f"VaswaniConfig.{name} ({value}) must lie in [0, vocab_size={self.vocab_size})")
         if self.preprocess is not None and not self.source_lang:
             raise ValueError(f"VaswaniConfig.preprocess={self.preprocess!r} needs source_lang (its rules depend on it)")
+
+    def head_sizes(self, heads: int) -> tuple[int, int]:
+        """(d_k, d_v) of an attention layer with `heads` heads: the fields where set, else d_model / heads."""
+        return self.d_k or self.d_model // heads, self.d_v or self.d_model // heads
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "VaswaniConfig":
@@ -243,4 +269,4 @@ class VaswaniConfig(PreTrainedConfig):
         return cls(**{**PRESETS[name], **overrides})
 
 
-__all__ = ["VaswaniConfig", "PRESETS"]
+__all__ = ["VaswaniConfig", "PRESETS", "POSITION_EMBEDDINGS"]

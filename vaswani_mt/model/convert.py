@@ -109,12 +109,26 @@ def from_marian(marian: MarianMTModel) -> VaswaniForConditionalGeneration:
     return model.train(marian.training)
 
 
+def refuse_other_head_sizes(config: VaswaniConfig, target: str) -> None:
+    """A ValueError naming the field where a head's size is not d_model / heads (Table 3 (B)): `target` computes
+    every head with d_model / heads dimensions."""
+    for heads in (config.encoder_attention_heads, config.decoder_attention_heads):
+        for field, size in zip(("d_k", "d_v"), config.head_sizes(heads)):
+            if size * heads != config.d_model:
+                raise ValueError(f"VaswaniConfig.{field}={size} does not convert to {target}: its heads have "
+                                 f"d_model / heads = {config.d_model / heads:g} dimensions")
+
+
 @torch.no_grad()
 def to_marian(model: VaswaniForConditionalGeneration) -> MarianMTModel:
     """The `MarianMTModel` computing exactly what a post-norm `model` computes."""
     config = model.config
     if config.norm_style != "post":
         raise ValueError("only post-norm models convert to Marian (Marian has no pre-norm variant)")
+    refuse_other_head_sizes(config, "Marian")
+    if config.position_embedding != "sinusoidal":
+        raise ValueError(f"VaswaniConfig.position_embedding={config.position_embedding!r} does not convert to Marian: "
+                         "Marian's positions are sinusoids")
     marian_config = MarianConfig(
         vocab_size=config.vocab_size,
         decoder_vocab_size=config.vocab_size,
@@ -159,4 +173,4 @@ def to_marian(model: VaswaniForConditionalGeneration) -> MarianMTModel:
     return marian.train(model.training)
 
 
-__all__ = ["from_marian", "to_marian", "config_from_marian", "interleave_permutation"]
+__all__ = ["from_marian", "to_marian", "config_from_marian", "interleave_permutation", "refuse_other_head_sizes"]

@@ -175,12 +175,15 @@ _CHECK_CALLS = (dict(num_beams=1), dict(num_beams=3, num_return_sequences=2, len
 
 
 def loops_agree_with_transformers(model: nn.Module) -> bool:
-    """Whether our loops decode a check model like `model` (its device type, dtype and norm style) exactly as
+    """Whether our loops decode a check model like `model` (its device type, dtype, norm style, head sizes and
+    position embedding) exactly as
     transformers' loops do, greedy and beam search; checked once per process, kind of model and set of transformers'
     generation methods. On a difference, one warning, and transformers' loops decode such models from then on."""
     if _checking.get():
         return True  # the check itself decodes with our loops
-    kind = (model.device.type, model.dtype, model.config.norm_style)
+    config = model.config
+    own_head_sizes = config.d_k is not None or config.d_v is not None  # d_k, d_v not d_model / h: Table 3 (B)
+    kind = (model.device.type, model.dtype, config.norm_style, own_head_sizes, config.position_embedding)
     key = (transformers.__version__, *map(id, vars(GenerationMixin).values()), *kind)  # a patched helper: again
     if key not in _agreement:
         token = _checking.set(True)
@@ -192,19 +195,24 @@ def loops_agree_with_transformers(model: nn.Module) -> bool:
         finally:
             _checking.reset(token)
         if not _agreement[key]:
-            device, dtype, norm_style = kind
+            device, dtype, norm_style, own_head_sizes, positions = kind
             _warn_once(f"vaswani_mt's decoding loops {problem} transformers {transformers.__version__}'s own on a "
-                       f"check model ({device}, {str(dtype).removeprefix('torch.')}, {norm_style}-norm)")
+                       f"check model ({device}, {str(dtype).removeprefix('torch.')}, {norm_style}-norm, "
+                       f"{'own d_k/d_v, ' if own_head_sizes else ''}{positions} positions)")
     return _agreement[key]
 
 
-def _decode_check_model(device_type: str = "cpu", dtype: torch.dtype = torch.float32, norm_style: str = "post") -> bool:
+def _decode_check_model(device_type: str = "cpu", dtype: torch.dtype = torch.float32, norm_style: str = "post",
+                        own_head_sizes: bool = False, position_embedding: str = "sinusoidal") -> bool:
     """Our loops and transformers' (with its cache, as generate() runs them without us, and without it, the reference
     that depends on nothing but the model's forward) decode a seeded small model alike. Half-precision models never
     get here: they decode with transformers' loops (`fast_decoding_blocker`)."""
+    shape = dict(norm_style=norm_style, position_embedding=position_embedding)
+    if own_head_sizes:
+        shape.update(d_k=4, d_v=12)  # neither d_model / h = 8 nor equal to each other
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(20170612)
-        model = VaswaniForConditionalGeneration(VaswaniConfig(**_CHECK_CONFIG, norm_style=norm_style)).eval()
+        model = VaswaniForConditionalGeneration(VaswaniConfig(**_CHECK_CONFIG, **shape)).eval()
         source = torch.randint(3, _CHECK_CONFIG["vocab_size"], (3, 7))
     model.to(device=device_type, dtype=dtype)
     source[:, -1] = model.config.eos_token_id
@@ -457,7 +465,7 @@ class IncrementalDecoder:
         self.num_sources, source_len = sources.shape[:2]
         self.rows = self.num_sources * rows_per_source
         first = self.layers[0].self_attn
-        self.heads, self.head_dim = first.config.d_model // first.head_dim, first.head_dim
+        self.heads, self.head_dim, self.value_dim = first.num_heads, first.head_dim, first.value_dim  # h, d_k, d_v
         self.cross_bias = None
         if encoder_attention_mask is not None:
             keep = encoder_attention_mask[::rows_per_source].bool()
@@ -480,8 +488,8 @@ class IncrementalDecoder:
                 "fc2": _linear(layer.ffn.fc2, rows),
             })
             # position t of beam j of a sentence sits in slot t * beams + j; never moved (see `reorder`)
-            shape = (self.num_sources, self.heads, max_length * beams, self.head_dim)
-            self.cache.append((sources.new_empty(shape), sources.new_empty(shape)))
+            shape = (self.num_sources, self.heads, max_length * beams)
+            self.cache.append((sources.new_empty(*shape, self.head_dim), sources.new_empty(*shape, self.value_dim)))
         # Which slots each row may attend to: its own ancestors (0) or another hypothesis' (-inf). None for greedy
         # search: one row per sentence, every slot is its own.
         self.lineage = self.new_slots = None
@@ -493,8 +501,8 @@ class IncrementalDecoder:
         self.length = 0  # positions held in the self-attention cache
 
     def _source_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """[src, S, d_model] -> [src, heads, S, head_dim]"""
-        return x.view(*x.shape[:2], self.heads, self.head_dim).transpose(1, 2)
+        """[src, S, heads * size] -> [src, heads, S, size]"""
+        return x.view(*x.shape[:2], self.heads, -1).transpose(1, 2)
 
     def _self_attention(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """Masked self-attention (§3.2.3) of the newest position over all previous ones (no causal mask needed: the
@@ -502,8 +510,9 @@ class IncrementalDecoder:
         hypotheses have written; `lineage` hides the slots that are not the row's own history, so the softmax
         weights and the output equal attention over the row's own keys."""
         attn, t, beams = self.layers[i].self_attn, self.length, self.rows_per_source
-        q, k, v = (part.transpose(1, 2) for part in
-                   self.linears[i]["qkv"](x).view(self.num_sources, beams, 3, self.heads, self.head_dim).unbind(2))
+        sizes = (self.heads * self.head_dim,) * 2 + (self.heads * self.value_dim,)
+        q, k, v = (part.view(self.num_sources, beams, self.heads, -1).transpose(1, 2)
+                   for part in self.linears[i]["qkv"](x).split(sizes, dim=-1))
         keys, values = self.cache[i]  # sized for max_length: generate() never feeds more positions
         new, used = slice(t * beams, (t + 1) * beams), (t + 1) * beams
         keys[:, :, new], values[:, :, new] = k, v

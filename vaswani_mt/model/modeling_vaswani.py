@@ -85,6 +85,17 @@ def sinusoidal_table(num_positions: int, dim: int) -> torch.Tensor:
     return table.float()
 
 
+def position_rows(table: torch.Tensor, seq_len: int, offset: int) -> torch.Tensor:
+    """Rows offset .. offset + seq_len of a position table; a ValueError past its end."""
+    end = offset + seq_len
+    if end > table.shape[0]:
+        raise ValueError(
+            f"sequence of {end} tokens is longer than max_position_embeddings={table.shape[0]}; "
+            "truncate the input (e.g. tokenizer(..., truncation=True)) or use a config with more positions"
+        )
+    return table[offset:end]
+
+
 class SinusoidalPositions(nn.Module):
     """Fixed positional encodings (§3.5). A non-persistent buffer: recomputed, never stored in checkpoints."""
 
@@ -93,13 +104,19 @@ class SinusoidalPositions(nn.Module):
         self.register_buffer("table", sinusoidal_table(num_positions, dim), persistent=False)
 
     def forward(self, seq_len: int, offset: int = 0) -> torch.Tensor:
-        end = offset + seq_len
-        if end > self.table.shape[0]:
-            raise ValueError(
-                f"sequence of {end} tokens is longer than max_position_embeddings={self.table.shape[0]}; "
-                "truncate the input (e.g. tokenizer(..., truncation=True)) or use a config with more positions"
-            )
-        return self.table[offset:end]
+        return position_rows(self.table, seq_len, offset)
+
+
+class LearnedPositions(nn.Module):
+    """Learned positional embeddings, Table 3 row (E): "positional embedding instead of sinusoids" (§3.5 found
+    "nearly identical results"). One trained vector per position, stored in checkpoints."""
+
+    def __init__(self, num_positions: int, dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_positions, dim))
+
+    def forward(self, seq_len: int, offset: int = 0) -> torch.Tensor:
+        return position_rows(self.weight, seq_len, offset)
 
 
 class VaswaniDropout(nn.Dropout):
@@ -155,26 +172,28 @@ def eager_attention_forward(
 
 
 class VaswaniAttention(nn.Module):
-    """Multi-head attention (§3.2.2): h parallel scaled dot-product attentions over d_model/h-dimensional
-    projections, concatenated and projected back. Used three ways (§3.2.3): encoder self-attention, masked
-    decoder self-attention (`is_causal`), and encoder-decoder attention (`key_value_states` given)."""
+    """Multi-head attention (§3.2.2): h parallel scaled dot-product attentions over d_k-dimensional queries and keys
+    and d_v-dimensional values (d_k = d_v = d_model / h unless the config sets them, Table 3 (B)), concatenated and
+    projected back to d_model. Used three ways (§3.2.3): encoder self-attention, masked decoder self-attention
+    (`is_causal`), and encoder-decoder attention (`key_value_states` given)."""
 
     def __init__(self, config: VaswaniConfig, num_heads: int, is_causal: bool = False, layer_idx: int | None = None):
         super().__init__()
         self.config = config
-        self.head_dim = config.d_model // num_heads
+        self.num_heads = num_heads
+        self.head_dim, self.value_dim = config.head_sizes(num_heads)  # d_k, d_v
         self.scaling = self.head_dim**-0.5  # §3.2.1: 1/sqrt(d_k) keeps softmax out of its flat regions
         self.is_causal = is_causal  # read by transformers' sdpa wrapper when the mask is skipped
         self.layer_idx = layer_idx  # which cache slot this layer owns
         self.attention_dropout = config.attention_dropout
-        self.q_proj = nn.Linear(config.d_model, config.d_model)
-        self.k_proj = nn.Linear(config.d_model, config.d_model)
-        self.v_proj = nn.Linear(config.d_model, config.d_model)
-        self.out_proj = nn.Linear(config.d_model, config.d_model)
+        self.q_proj = nn.Linear(config.d_model, num_heads * self.head_dim)
+        self.k_proj = nn.Linear(config.d_model, num_heads * self.head_dim)
+        self.v_proj = nn.Linear(config.d_model, num_heads * self.value_dim)
+        self.out_proj = nn.Linear(num_heads * self.value_dim, config.d_model)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        """[batch, seq, d_model] -> [batch, heads, seq, head_dim]"""
-        return x.view(*x.shape[:-1], -1, self.head_dim).transpose(1, 2)
+        """[batch, seq, heads * size] -> [batch, heads, seq, size]"""
+        return x.view(*x.shape[:-1], self.num_heads, -1).transpose(1, 2)
 
     def _keys_values(self, hidden_states, key_value_states, cache: EncoderDecoderCache | None):
         """Project keys/values, reading and updating the decoder cache. Cross-attention keys/values depend only on
@@ -333,6 +352,8 @@ class VaswaniPreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
         elif isinstance(module, SinusoidalPositions):
             init.copy_(module.table, sinusoidal_table(*module.table.shape))
+        elif isinstance(module, LearnedPositions):  # as token embeddings (fairseq's learned positions too)
+            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
         elif isinstance(module, VaswaniForConditionalGeneration) and module.final_logits_bias is not None:
             init.zeros_(module.final_logits_bias)
 
@@ -352,7 +373,8 @@ class VaswaniPreTrainedModel(PreTrainedModel):
 
 class VaswaniStack(VaswaniPreTrainedModel):
     """What encoder and decoder stacks share: token embeddings scaled by sqrt(d_model) (§3.4), plus positional
-    encodings (§3.5), then dropout (§5.4); and the final LayerNorm of pre-norm stacks."""
+    encodings (§3.5: sinusoids; or learned, Table 3 (E), one table per stack), then dropout (§5.4); and the final
+    LayerNorm of pre-norm stacks."""
 
     def __init__(self, config: VaswaniConfig, embed_tokens: nn.Embedding | None = None):
         super().__init__(config)
@@ -361,7 +383,8 @@ class VaswaniStack(VaswaniPreTrainedModel):
             embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.embed_tokens = embed_tokens
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_positions = SinusoidalPositions(config.max_position_embeddings, config.d_model)
+        positions = LearnedPositions if config.position_embedding == "learned" else SinusoidalPositions
+        self.embed_positions = positions(config.max_position_embeddings, config.d_model)
         self.embed_dropout = VaswaniDropout(config.dropout)
         # Pre-norm layers leave their residual sum unnormalised; normalise once at the top of the stack.
         pre_norm = config.norm_style == "pre"
@@ -378,7 +401,7 @@ class VaswaniStack(VaswaniPreTrainedModel):
             raise ValueError("pass exactly one of input_ids / inputs_embeds")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        # The table stays float32 (exact); a half-precision model adds it in its own dtype.
+        # A sinusoidal table stays float32 (exact); a half-precision model adds it in its own dtype.
         positions = self.embed_positions(inputs_embeds.shape[1], offset).to(inputs_embeds.dtype)
         return self.embed_dropout(inputs_embeds * self.embed_scale + positions)
 

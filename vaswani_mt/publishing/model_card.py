@@ -259,6 +259,8 @@ def _architecture_rows(m, preset, parameters) -> list[tuple]:
         if f"encoder_{key}" in m:
             enc, dec = m[f"encoder_{key}"], m.get(f"decoder_{key}", m[f"encoder_{key}"])
             rows.append((label, str(enc) if dec == enc else f"{enc} encoder, {dec} decoder"))
+    if m.get("d_k") is not None or m.get("d_v") is not None:  # Table 3 (B); unset, both are d_model / h
+        rows.append(("Head sizes (d_k, d_v)", ", ".join(str(m.get(key) or "d_model / h") for key in ("d_k", "d_v"))))
     for key, label in (("activation_function", "Activation"), ("dropout", "Dropout (P_drop)"),
                        ("attention_dropout", "Attention dropout"), ("activation_dropout", "Activation dropout")):
         if key in m:
@@ -268,7 +270,9 @@ def _architecture_rows(m, preset, parameters) -> list[tuple]:
                                     "pre": "pre-norm, x + Sublayer(LayerNorm(x))"}.get(m["norm_style"],
                                                                                        m["norm_style"])))
     if "max_position_embeddings" in m:
-        rows.append(("Positions", f"sinusoidal (§3.5), at most {m['max_position_embeddings']} tokens"))
+        kind = ("learned, one table per stack (Table 3 (E))" if m.get("position_embedding") == "learned"
+                else "sinusoidal (§3.5)")
+        rows.append(("Positions", f"{kind}, at most {m['max_position_embeddings']} tokens"))
     embedding = [text for key, text in (("share_embeddings", "shared by source and target"),
                                         ("tie_word_embeddings", "tied to the output projection"),
                                         ("scale_embedding", "scaled by sqrt(d_model)")) if m.get(key)]
