@@ -69,17 +69,38 @@ def test_prepared_data_equals_what_loading_cleaning_and_tokenizing_in_memory_giv
         assert tokenized[split]["labels"] == result.tokenized[split]["labels"]
 
 
-def test_large_splits_prepared_by_worker_processes_give_the_same_tokens(tmp_path, monkeypatch):
+@pytest.mark.parametrize("workers,expected_processes", [(None, 3), (2, 2), (1, None)])
+def test_large_splits_are_prepared_by_data_workers_processes_with_the_same_tokens(tmp_path, monkeypatch, workers,
+                                                                                  expected_processes):
     data, tokenizer_config = _config(_corpus(tmp_path / "corpus", train=600), tmp_path / "cache", drop_duplicates=True)
     alone = prepare(data, tokenizer_config)
-    monkeypatch.setattr(prepared_module, "LARGE_SPLIT", 100)  # train now goes through 2 worker processes,
+    monkeypatch.setattr(prepared_module, "LARGE_SPLIT", 100)  # train now goes through the worker processes,
     monkeypatch.setattr(prepared_module, "SHARD_PAIRS", 150)  # in shards of 150 pairs
     monkeypatch.setattr(prepared_module, "BATCH_PAIRS", 50)
-    workers = prepare(replace(data, cache_dir=str(tmp_path / "other-cache")), tokenizer_config, tokenizer=alone.tokenizer)
-    assert len(list((Path(workers.folders["tokenized"])).glob("train*.arrow"))) == 4
+    monkeypatch.setattr(prepared_module.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)  # 3 usable
+    pools = []
+    pool = prepared_module.ProcessPoolExecutor
+    monkeypatch.setattr(prepared_module, "ProcessPoolExecutor", lambda count, **kw: pools.append(count) or pool(count,
+                                                                                                                **kw))
+    data = replace(data, cache_dir=str(tmp_path / "other-cache"), workers=workers)
+    with_workers = prepare(data, tokenizer_config, tokenizer=alone.tokenizer)
+    assert set(pools) == ({expected_processes} if expected_processes else set())
+    assert len(list((Path(with_workers.folders["tokenized"])).glob("train*.arrow"))) == 4
     for split in alone.tokenized:
-        assert alone.tokenized[split]["input_ids"] == workers.tokenized[split]["input_ids"]
-        assert alone.text[split]["translation"] == workers.text[split]["translation"]
+        assert alone.tokenized[split]["input_ids"] == with_workers.tokenized[split]["input_ids"]
+        assert alone.text[split]["translation"] == with_workers.text[split]["translation"]
+
+
+def test_the_number_of_workers_does_not_enter_the_cache_key(tmp_path):
+    data, tokenizer_config = _config(_corpus(tmp_path / "corpus"), tmp_path / "cache")
+    assert prepare(replace(data, workers=1), tokenizer_config).folders == prepare(data, tokenizer_config).folders
+
+
+@pytest.mark.parametrize("workers", [0, -2, "many", True])
+def test_a_bad_number_of_workers_is_one_clear_line(tmp_path, workers):
+    data, tokenizer_config = _config(_corpus(tmp_path / "corpus"), tmp_path / "cache")
+    with pytest.raises(DataError, match=r"data.workers must be a positive number of processes or null"):
+        prepare(replace(data, workers=workers), tokenizer_config)
 
 
 def test_a_second_preparation_of_the_same_data_reads_nothing_and_gives_the_same_result(tmp_path, monkeypatch):

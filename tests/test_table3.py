@@ -93,7 +93,7 @@ def test_the_papers_figures_imply_one_embedding_size_for_every_row_but_big():
     for row in (row for row in docs_rows() if row["paper"] is not None):
         config = model_config_of(row["overrides"])
         rest = embedding_free_count(config)
-        bounds = ((row["paper"] - 0.5) * 1e6 - rest) / config.d_model, ((row["paper"] + 0.5) * 1e6 - rest) / config.d_model
+        bounds = [((row["paper"] + half) * 1e6 - rest) / config.d_model for half in (-0.5, 0.5)]
         if row["row"] == "big":
             big = tuple(math.ceil(bound) if i == 0 else math.floor(bound) for i, bound in enumerate(bounds))
         else:
@@ -102,7 +102,7 @@ def test_the_papers_figures_imply_one_embedding_size_for_every_row_but_big():
     assert big == (35296, 36272)
 
 
-# -- d_k and d_v (row B) ------------------------------------------------------------------------------------------------
+# -- d_k and d_v (row B) -----------------------------------------------------------------------------------------------
 
 def test_d_k_and_d_v_size_the_projections_and_the_scaling():
     model = VaswaniForConditionalGeneration(VaswaniConfig.from_preset("tiny", d_k=4, d_v=12))
@@ -158,7 +158,7 @@ def test_attention_with_own_d_k_and_d_v_is_the_papers_multi_head_formula_head_by
     assert (ours - theirs).abs().max() < 1e-5
 
 
-# -- learned positions (row E) ------------------------------------------------------------------------------------------
+# -- learned positions (row E) -----------------------------------------------------------------------------------------
 
 def test_learned_positions_are_one_trained_table_per_stack_saved_with_the_weights(tmp_path):
     model = VaswaniForConditionalGeneration(VaswaniConfig.from_preset("tiny", position_embedding="learned"))
@@ -179,7 +179,7 @@ def test_a_sequence_longer_than_the_learned_table_is_refused_in_one_line():
         model(input_ids=torch.full((1, 129), 5), decoder_input_ids=torch.full((1, 2), 2))
 
 
-# -- each setting through the whole product -----------------------------------------------------------------------------
+# -- each setting through the whole product ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant", VARIANTS.values(), ids=VARIANTS.keys())
 def test_each_setting_saves_loads_and_decodes_alike_with_our_loops_and_transformers(variant, make_tiny_model,
@@ -237,7 +237,7 @@ def test_a_run_trains_rows_b_and_e_from_overrides_and_its_card_says_so(tmp_path,
     assert "| Positions | learned, one table per stack (Table 3 (E)), at most 128 tokens |" in card
 
 
-# -- what the conversions cannot carry -----------------------------------------------------------------------------------
+# -- what the conversions cannot carry ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant,message", [
     (dict(d_k=4), "VaswaniConfig.d_k=4 does not convert to Marian: its heads have d_model / heads = 8 dimensions"),

@@ -49,8 +49,13 @@ def tiny_config(tmp_path: Path, corpus: Path, test_split: str | None = None, **t
     return path
 
 
+# The runs of these tests train on the CPU, also on a machine with a GPU: they compare weights bit for bit, which
+# CUDA kernels do not promise.
+CPU_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+
 def run_train(*args: str, timeout: int = 300, umask: int = -1) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = CPU_ENV
     return subprocess.run([sys.executable, "-m", "vaswani_mt.cli", "train", *args], capture_output=True, text=True,
                           env=env, timeout=timeout, cwd=REPO, umask=umask)
 
@@ -71,6 +76,7 @@ def run_train(*args: str, timeout: int = 300, umask: int = -1) -> subprocess.Com
     (["--training.length_penalty_style", "gnm"], "training.length_penalty_style must be one of transformers, gnmt"),
     (["--training.average_every", "0"], "training.average_every must be > 0"),
     (["--training.average_every", "3", "--training.average_last", "1"], "which must then be at least 2, got 1"),
+    (["--data.workers", "0"], "data.workers must be >= 1 (or null: the usable cores), got 0"),
     (["--training.cooldown_steps", "-1"], "training.cooldown_steps must be >= 0 (0: none), got -1"),
     (["--data.max_length", "1"], "data.max_length must be at least 2 (one token and </s>), got 1"),
     (["--training.cooldown_steps", "13"], "training.cooldown_steps (13) exceeds training.max_steps (12)"),
@@ -135,7 +141,7 @@ def test_training_killed_with_sigkill_resumes_to_the_same_weights_as_an_uninterr
     interrupted = tiny_config(tmp_path / "b", small_corpus)
     checkpoints = tmp_path / "b" / "run" / "checkpoints"
     process = subprocess.Popen([sys.executable, "-m", "vaswani_mt.cli", "train", "--config", str(interrupted)],
-                               cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                               cwd=REPO, env=CPU_ENV,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while not (checkpoints / "checkpoint-4").exists() or not is_complete_checkpoint(checkpoints / "checkpoint-4"):
@@ -386,7 +392,7 @@ def test_a_kill_inside_saving_or_deleting_a_checkpoint_resumes_to_the_uninterrup
     checkpoint-4 that this save triggers; then `--resume`: the final weights are bitwise the reference run's."""
     config = tiny_config(tmp_path, small_corpus, test_split="test", **FAULT_RUN)
     killed = subprocess.run([sys.executable, str(KILL_AT), point, "8", "--", "--config", str(config)],
-                            capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=REPO,
+                            capture_output=True, text=True, env=CPU_ENV, cwd=REPO,
                             timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert not (tmp_path / "run" / "checkpoints" / "checkpoint-10").exists()
@@ -563,7 +569,7 @@ def test_snapshots_every_n_updates_are_averaged_and_a_resumed_run_ends_with_the_
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
-def test_training_on_cpu_keeps_freed_memory_in_the_process(reference_output):
+def test_training_on_cpu_keeps_freed_memory_in_the_process(reference_output):  # CPU_ENV: on the CPU everywhere
     """vaswani_mt.recipe.host_memory: the step's ~80 MB logits are not mapped and unmapped again every step."""
     assert "malloc keeps freed memory for the next step" in (reference_output.run_dir / "train.log").read_text()
 

@@ -24,7 +24,8 @@ that entry removes it. Processes preparing the same entry at once take turns thr
 finds the first one's result. Memory barely grows with the corpus (scripts/bench_data_prep.py: +0.24 GiB from 1M to
 4.5M pairs): text files are read as a stream of line pairs and written as shard files of SHARD_PAIRS pairs, the
 cleaning and tokenising passes read each shard batch by batch with ordinary reads (a memory map's pages would stay
-resident) in two worker processes for large splits, and the token-budget sampler reads the lengths as Arrow columns.
+resident) in `data.workers` worker processes for large splits (default: the cores the process may use), and the
+token-budget sampler reads the lengths as Arrow columns.
 """
 
 from __future__ import annotations
@@ -89,9 +90,23 @@ SHAPING_CODE = ("data/reading.py", "data/cleaning.py", "data/tokenization.py", "
                 "data/prepared.py", "model/pipeline_vaswani.py")
 SHAPING_LIBRARIES = ("datasets", "pyarrow", "tokenizers", "sacremoses")
 LARGE_SPLIT = 100_000  # pairs from which the cleaning and tokenising passes use worker processes
-WORKERS = 2
 SHARD_PAIRS = 100_000  # pairs per shard file: what one worker takes at a time
 BATCH_PAIRS = 10_000  # pairs per record batch: what a pass holds in memory
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's or a job scheduler's share, not the whole
+    machine's count), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
+
+
+def check_workers(workers: int | None) -> None:
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise DataError(f"data.workers must be a positive number of processes or null (the usable cores), got "
+                        f"{workers!r}")
 
 
 def default_cache_dir() -> Path:
@@ -163,13 +178,16 @@ def prepare(data, tokenizer_config, tokenizer: PreTrainedTokenizerFast | None = 
     existing one, e.g. a resumed run's) is used as it is; else `tokenizer_config.path`, else the joint BPE learned
     on the training split (`tokenizer_config`: vocab_size, min_frequency, sample)."""
     cache = Path(cache_dir or getattr(data, "cache_dir", None) or default_cache_dir()).expanduser()
+    workers = getattr(data, "workers", None)
+    check_workers(workers)
+    workers = workers or usable_cores()
     src, tgt = data.source_lang, data.target_lang
     splits = [s for s in (data.train_split, data.valid_split, data.test_split) if s]
     options = CleaningOptions(deduplicate=data.drop_duplicates, filter_splits=(data.train_split,))
     code = code_fingerprint()
     corpus_key = fingerprint(code, source_identity(data.path, src, tgt, splits), src, tgt, splits, options,
                              data.preprocess)
-    corpus = _entry(cache, f"corpus-{corpus_key}", lambda tmp: _build_corpus(tmp, data, splits, options))
+    corpus = _entry(cache, f"corpus-{corpus_key}", lambda tmp: _build_corpus(tmp, data, splits, options, workers))
     files = json.loads((corpus / "manifest.json").read_text())["splits"]
     marked = DatasetDict({split: _concatenate(corpus, names) for split, names in files.items()})
     keep = {split: np.load(corpus / f"keep-{split}.npy") for split in marked}
@@ -193,7 +211,7 @@ def prepare(data, tokenizer_config, tokenizer: PreTrainedTokenizerFast | None = 
     tokens_key = fingerprint(code, corpus_key, hashlib.blake2b(tokenizer.backend_tokenizer.to_str().encode())
                              .hexdigest(), data.max_length)
     folders["tokenized"] = _entry(cache, f"tokenized-{tokens_key}", lambda tmp: _tokenize(
-        tmp, corpus, files, keep, tokenizer, src, tgt, data.max_length))
+        tmp, corpus, files, keep, tokenizer, src, tgt, data.max_length, workers))
     tokenized = _load_splits(folders["tokenized"]).remove_columns("_truncated")
     truncated = json.loads((folders["tokenized"] / "manifest.json").read_text())["truncated"]
     text = DatasetDict({split: (dataset if keep[split].all() else dataset.select(np.flatnonzero(keep[split])))
@@ -256,8 +274,6 @@ def _load_splits(folder: Path) -> DatasetDict:
     return DatasetDict({split: _concatenate(folder, names) for split, names in manifest["splits"].items()})
 
 
-def _workers(rows: int) -> int | None:
-    return min(WORKERS, os.cpu_count() or 1) if rows >= LARGE_SPLIT else None
 
 
 @contextlib.contextmanager
@@ -307,12 +323,12 @@ def _write_shards(batches, folder: Path, stem: str, schema: pa.Schema) -> list[t
     return shards
 
 
-def _run_pass(function, jobs: list[tuple], rows: int, desc: str) -> list:
-    """`function(job)` for every job (one shard each), in worker processes when there are `rows` >= LARGE_SPLIT;
-    the results in job order. Progress counts pairs."""
-    workers = _workers(rows) if len(jobs) > 1 else None
+def _run_pass(function, jobs: list[tuple], rows: int, desc: str, workers: int) -> list:
+    """`function(job)` for every job (one shard each), in up to `workers` processes when there are `rows` >=
+    LARGE_SPLIT and several shards; the results in job order. Progress counts pairs."""
+    workers = min(workers, len(jobs)) if rows >= LARGE_SPLIT else 1
     with tqdm(total=rows, unit=" pairs", desc=desc) as bar:
-        if workers is None:
+        if workers <= 1:
             results = []
             for job in jobs:
                 results.append(function(job))
@@ -378,14 +394,14 @@ def _clean_shard(job: tuple) -> tuple[int, str]:
     return rows, out
 
 
-def _build_corpus(tmp: Path, data, splits: list[str], options: CleaningOptions) -> None:
+def _build_corpus(tmp: Path, data, splits: list[str], options: CleaningOptions, workers: int) -> None:
     src, tgt = data.source_lang, data.target_lang
     raw = _read_splits(tmp, data, splits)
     shutil.rmtree(tmp / "read", ignore_errors=True)
     files, reports = {}, {}
     for split, shards in raw.items():
         jobs = [(tmp, name, src, tgt, options, data.preprocess) for name, _ in shards]
-        results = _run_pass(_clean_shard, jobs, sum(rows for _, rows in shards), f"Cleaning {split}")
+        results = _run_pass(_clean_shard, jobs, sum(rows for _, rows in shards), f"Cleaning {split}", workers)
         files[split] = [out for _, out in results]
         marked = _concatenate(tmp, files[split])
         reports[split], keep = judge_split(marked, split, options)
@@ -465,7 +481,7 @@ def _tokenize_shard(job: tuple) -> tuple[int, str, int]:
 
 
 def _tokenize(tmp: Path, corpus: Path, files: dict[str, list[str]], keep: dict[str, np.ndarray], tokenizer,
-              src: str, tgt: str, max_length: int | None) -> None:
+              src: str, tgt: str, max_length: int | None, workers: int) -> None:
     check_max_length(max_length)
     # the encoding `tokenizer(source, text_target=target, truncation=False)` gives: whole sentences, no padding
     backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
@@ -477,7 +493,7 @@ def _tokenize(tmp: Path, corpus: Path, files: dict[str, list[str]], keep: dict[s
         whole = keep[split].all()
         jobs = [(corpus, name, tmp, None if whole else keep[split][offsets[i]:offsets[i + 1]], backend, src, tgt,
                  max_length, tokenizer.eos_token_id) for i, name in enumerate(names)]
-        results = _run_pass(_tokenize_shard, jobs, int(offsets[-1]), f"Tokenizing {split}")
+        results = _run_pass(_tokenize_shard, jobs, int(offsets[-1]), f"Tokenizing {split}", workers)
         tokenized[split] = [out for _, out, _ in results]
         truncated[split] = sum(count for _, _, count in results)
     (tmp / "manifest.json").write_text(json.dumps({"splits": tokenized, "truncated": truncated}, indent=1) + "\n")

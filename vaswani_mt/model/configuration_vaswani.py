@@ -68,7 +68,8 @@ def _check_field(name: str, value) -> None:
             raise ValueError(f"VaswaniConfig.norm_style must be one of {NORM_STYLES}, got {value!r}")
     elif name in ("d_k", "d_v"):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise ValueError(f"VaswaniConfig.{name} must be None (d_model / heads) or a positive integer, got {value!r}")
+            raise ValueError(
+                f"VaswaniConfig.{name} must be None (d_model / heads) or a positive integer, got {value!r}")
     elif name == "position_embedding":
         if value not in POSITION_EMBEDDINGS:
             raise ValueError(f"VaswaniConfig.position_embedding must be one of {POSITION_EMBEDDINGS}, got {value!r}")

@@ -59,6 +59,9 @@ class DataConfig:
     # then multi-bleu's, on the tokenized lowercase output. None: raw text.
     preprocess: str | None = None
     description: DataDescription = field(default_factory=DataDescription)  # licence, domain, citation for the card
+    # processes that clean and tokenize a large split (100k pairs or more) in parallel; None: the cores this process
+    # may use (its CPU affinity). The prepared data is the same for any count, so it does not enter the cache key.
+    workers: int | None = None
     # where the prepared (cleaned, tokenized) data is kept for the next run, resume and process to reuse; None:
     # $VASWANI_MT_CACHE, else ~/.cache/vaswani_mt (vaswani_mt.data.prepared)
     cache_dir: str | None = None
@@ -104,6 +107,9 @@ class TrainingConfig:
     length_penalty_style: str = "transformers"  # "transformers": score / length**alpha; "gnmt": GNMT's (§6.1)
     seed: int = 1
     num_threads: int | None = None  # torch CPU threads (None: torch's default)
+    # the process group's backend under torchrun / accelerate: None picks NCCL on CUDA, gloo on CPUs; "gloo" lets
+    # processes of several torchrun nodes share one GPU, which NCCL refuses
+    ddp_backend: str | None = None
     bf16: bool | str = False  # bfloat16 autocast: true, false, or auto: where the CPU/GPU computes it natively
     torch_compile: bool = False  # torch.compile the model: faster steps on CUDA (docs/speed.md), minutes to compile
 
@@ -272,6 +278,8 @@ def validate(config: RunConfig) -> None:
     if config.data.preprocess is not None and config.data.preprocess not in PREPROCESSING:
         raise ConfigError(f"data.preprocess must be null or one of {list(PREPROCESSING)}, got "
                           f"{config.data.preprocess!r}")
+    if config.data.workers is not None and config.data.workers < 1:
+        raise ConfigError(f"data.workers must be >= 1 (or null: the usable cores), got {config.data.workers}")
     if config.data.source_lang == config.data.target_lang:
         raise ConfigError("data.source_lang and data.target_lang must differ")
 

@@ -65,6 +65,7 @@ from .averaging import average_checkpoints
 from .config import ConfigError, RunConfig, load_run_config, save_run_config
 from .host_memory import keep_freed_memory
 from .plots import plot_training_curves
+from .processes import UpdateBatch, accumulation_keeping, join_this_attempts_process_group, processes_text
 from .progress import LOG_FORMAT, TrainingProgress, duration
 from .snapshots import WeightSnapshots, drop_snapshots_after, last_snapshots
 from .trainer import VaswaniTrainer, VaswaniTrainingArguments, complete_checkpoints, is_complete_checkpoint
@@ -99,6 +100,7 @@ def train_run(config: RunConfig, resume: bool = False, command: str | None = Non
 
 
 def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started: float) -> RunRecord:
+    join_this_attempts_process_group(config.training.ddp_backend)  # under torchrun: this attempt's own group
     device = "cuda" if torch.cuda.is_available() else "cpu"
     bf16 = choose_bf16(config.training.bf16, device)  # training.bf16: auto -> where the device computes it natively
     args = VaswaniTrainingArguments.from_config(
@@ -195,6 +197,9 @@ def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingAr
     if config.data.valid_subset is not None:
         valid = valid.select(range(min(config.data.valid_subset, len(valid))))
 
+    resume_from, ended = _resume_point(run.checkpoints, args) if resume else (None, None)
+    if resume_from is not None and ended is None:
+        _keep_the_update_batch(args, resume_from)
     set_seed(config.training.seed)  # the initial weights, so that a run is reproducible from its config
     model = VaswaniForConditionalGeneration(_model_config(config, tokenizer))
     _set_decoding(model, config)
@@ -203,7 +208,6 @@ def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingAr
     trainer = _trainer(config, run, args, model, tokenizer, tokenized[config.data.train_split], valid)
     progress = TrainingProgress(config.training.max_minutes).install(trainer)
 
-    resume_from, ended = _resume_point(run.checkpoints, args) if resume else (None, None)
     if resume and ended is None and args.should_save:  # the updates after the checkpoint are repeated
         for removed in drop_snapshots_after(run.snapshots, checkpoint_step(resume_from) if resume_from else 0):
             logger.warning("removing %s", removed)
@@ -401,6 +405,20 @@ def _resume_point(checkpoints_dir: Path, args) -> tuple[str | None, TrainerState
     logger.info("resuming from %s: training ended there (step %d); finishing the steps after training", complete[-1],
                 state.global_step)
     return str(complete[-1]), state
+
+
+def _keep_the_update_batch(args: VaswaniTrainingArguments, checkpoint: str) -> None:
+    """A run resumed on another number of processes than its checkpoint's: the gradient accumulation that keeps the
+    tokens of an update (`vaswani_mt.recipe.processes`), set in `args` before the Trainer is built."""
+    started = UpdateBatch.of_checkpoint(checkpoint)
+    if started is None or started.processes == args.world_size:
+        return
+    accumulation = accumulation_keeping(started, args.world_size, checkpoint)
+    now = UpdateBatch(args.world_size, accumulation, started.max_tokens)
+    logger.warning("resuming on %s where %s was trained on %d: gradient accumulation %d -> %d keeps an update at %d "
+                   "batches (%s; was %s)", processes_text(args.world_size), Path(checkpoint).name, started.processes,
+                   started.gradient_accumulation_steps, accumulation, now.batches, now.describe(), started.describe())
+    args.gradient_accumulation_steps = accumulation
 
 
 def _restore_ended_training(trainer: VaswaniTrainer, state: TrainerState, checkpoints_dir: Path, last: str) -> dict:

@@ -46,6 +46,7 @@ from ..precision import choose_bf16
 from ..run_record import RunRecord
 from .config import TrainingConfig
 from .loss import training_loss
+from .processes import UpdateBatch
 from .rules import cooldown_problem, setting_problem
 from .schedule import NoamLR, make_adam
 
@@ -239,10 +240,13 @@ class VaswaniTrainer(Seq2SeqTrainer):
         loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=self.data_collator,
                             num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
         loader = self.accelerator.prepare(loader)
-        # The sampler already gives each process its own batches: accelerate's shard wrapper must pass them through.
+        # The sampler already gives each process its own batches: accelerate's shard wrapper must pass them through,
+        # and pass the epoch on (the Trainer sets it on the wrapper of a resumed epoch's skipping loader: without this
+        # a resumed multi-process run drew its batches in the first epoch's order).
         wrapper = getattr(loader, "batch_sampler", None)
         if wrapper is not None and getattr(wrapper, "batch_sampler", None) is sampler:
             wrapper.num_processes, wrapper.process_index = 1, 0
+            wrapper.set_epoch = sampler.set_epoch
         return loader
 
     def _model_columns(self, dataset):
@@ -335,6 +339,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
             if writes_files:
                 begin_checkpoint(folder)
             super()._save_checkpoint(model, trial, *args, **kwargs)
+            if writes_files and folder.exists():  # what an update held, for a resume on another number of processes
+                UpdateBatch(self.args.world_size, self.args.gradient_accumulation_steps,
+                            self.args.max_tokens).write(folder)
             self.accelerator.wait_for_everyone()
             if writes_files and folder.exists():
                 finish_checkpoint(folder)
