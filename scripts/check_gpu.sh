@@ -90,6 +90,8 @@ check killed-worker-one-gpu 60 bash "$WORK/killed_worker.sh" "$WORK"
 check data-workers 150 python3 scripts/bench_data_prep.py --pairs "$PAIRS" --sample 100000 --workers 1 4 8 16 \
   --work "$WORK/prep"
 
-# 4. The default suite with CUDA visible, on 8 worker processes, with what time is left.
-check test-suite-cuda 130 python3 -m pytest -q -p no:cacheprovider -n 8 -m "not slow and not browser" tests
+# 4. The default suite with CUDA visible, on 8 worker processes where pytest-xdist is installed, with what time is left.
+parallel=()
+python3 -c "import xdist" 2> /dev/null && parallel=(-n 8)
+check test-suite-cuda 130 python3 -m pytest -q -p no:cacheprovider "${parallel[@]}" -m "not slow and not browser" tests
 rm -rf "$WORK"

@@ -4,7 +4,8 @@ n-best scores and the attention heatmap that `vaswani_mt.inference.demo` compute
 and a sentence longer than the model holds get one message in the page. A screenshot is saved.
 
 Run with ``pytest -m browser`` (not part of the default run). Skipped, with the reason, without gradio, selenium or
-/usr/bin/chromium (``apt-get install chromium chromium-driver``). ``VASWANI_MT_DEMO_MODEL=FOLDER`` runs it on that
+/usr/bin/chromium (``apt-get install chromium chromium-driver``); with ``VASWANI_MT_REQUIRE_BROWSER=1`` (as CI runs
+it) a missing one fails instead, so that the run cannot pass without the browser. ``VASWANI_MT_DEMO_MODEL=FOLDER`` runs it on that
 model instead of a tiny random one, and ``VASWANI_MT_DEMO_SCREENSHOT=FILE`` keeps the screenshot there (the
 screenshot docs/demo.png, shown in docs/inference.md, was taken so, with the model of the quick Multi30k run).
 """
@@ -21,9 +22,21 @@ CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"
 WAIT = 120  # seconds, for a translation on a busy 2-core machine
 SENTENCES_TYPED = ["A man rides a bike down the street.", "Two dogs play in the snow."]
 
-gr = pytest.importorskip("gradio", reason="the demo needs gradio: pip install -e '.[demo]'")
-webdriver = pytest.importorskip("selenium.webdriver", reason="the browser test needs selenium: pip install -e "
-                                                             "'.[dev]'")
+REQUIRED = os.environ.get("VASWANI_MT_REQUIRE_BROWSER") == "1"
+
+
+def missing(reason: str) -> None:
+    """Skip for want of `reason`, or fail where the browser test is required."""
+    if REQUIRED:
+        pytest.fail(f"VASWANI_MT_REQUIRE_BROWSER=1, but {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+try:
+    import gradio as gr  # noqa: F401 - the demo needs it
+    from selenium import webdriver
+except ImportError as error:
+    missing(f"the browser test needs gradio and selenium ({error}): pip install -e '.[dev]'")
 from demo_server import serving  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -48,7 +61,7 @@ def browser(tmp_path):
     """Headless Chromium on a machine without a display, as root (--no-sandbox), offline (no background networking,
     component updates, sync or QUIC), with a fresh profile and a fixed window size for the screenshot."""
     if not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()):
-        pytest.skip(f"the browser test needs {CHROMIUM} and {CHROMEDRIVER}: apt-get install chromium chromium-driver")
+        missing(f"the browser test needs {CHROMIUM} and {CHROMEDRIVER}: apt-get install chromium chromium-driver")
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",

@@ -91,6 +91,17 @@ def test_large_splits_are_prepared_by_data_workers_processes_with_the_same_token
         assert alone.text[split]["translation"] == with_workers.text[split]["translation"]
 
 
+@pytest.mark.parametrize("cpu_max,expected", [("max 100000", 6), ("200000 100000", 2), ("50000 100000", 1),
+                                               ("garbled", 6)])
+def test_the_usable_cores_are_the_affinity_capped_by_a_containers_cpu_quota(tmp_path, monkeypatch, cpu_max, expected):
+    monkeypatch.setattr(prepared_module.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    (tmp_path / "cpu.max").write_text(cpu_max + "\n")
+    monkeypatch.setattr(prepared_module, "CGROUP_CPU_MAX", tmp_path / "cpu.max")
+    assert prepared_module.usable_cores() == expected
+    monkeypatch.setattr(prepared_module, "CGROUP_CPU_MAX", tmp_path / "absent")
+    assert prepared_module.usable_cores() == 6
+
+
 def test_the_number_of_workers_does_not_enter_the_cache_key(tmp_path):
     data, tokenizer_config = _config(_corpus(tmp_path / "corpus"), tmp_path / "cache")
     assert prepare(replace(data, workers=1), tokenizer_config).folders == prepare(data, tokenizer_config).folders

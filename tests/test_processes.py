@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -175,5 +176,22 @@ def test_a_number_of_processes_that_cannot_split_an_update_is_one_line_naming_th
         accumulation_keeping(started, 4, tmp_path)
 
 
-def test_a_checkpoint_saved_before_checkpoints_recorded_their_batch_resumes_as_before(tmp_path):
-    assert UpdateBatch.of_checkpoint(tmp_path) is None
+def test_a_checkpoint_saved_before_checkpoints_recorded_their_batch_resumes_with_the_configs_accumulation(tmp_path):
+    from vaswani_mt.recipe.run import _keep_the_update_batch
+
+    args = SimpleNamespace(world_size=2, gradient_accumulation_steps=3, max_tokens=512)
+    _keep_the_update_batch(args, str(tmp_path))  # no batch.json
+    assert args.gradient_accumulation_steps == 3
+
+
+def test_a_second_resume_on_the_same_number_of_processes_keeps_the_accumulation_the_first_one_set(
+        tmp_path, resumed_on_one, two_processes):
+    """2 processes -> 1 (accumulation 1 -> 2) -> stopped after update 30 -> 1 again: still 2, without a word."""
+    run = stopped_after(resumed_on_one[0], 30, tmp_path / "run")
+    result = subprocess.run([sys.executable, "-m", "vaswani_mt.cli", "train", "--config", str(run / "config.yaml"),
+                             "--resume"], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "gradient accumulation" not in result.stderr
+    assert UpdateBatch.of_checkpoint(run / "checkpoints" / "checkpoint-40") == UpdateBatch(1, 2, 512)
+    assert learning_rates(run) == learning_rates(two_processes)
+    assert json.loads((run / "metrics.json").read_text())["training"]["gradient_accumulation_steps"] == 2

@@ -230,8 +230,10 @@ def test_a_run_trains_rows_b_and_e_from_overrides_and_its_card_says_so(tmp_path,
     run_dir = tmp_path / "run"
     model = VaswaniForConditionalGeneration.from_pretrained(run_dir / "model")
     assert (model.config.d_k, model.config.d_v, model.config.position_embedding) == (4, 12, "learned")
+    torch.manual_seed(3)  # the run's seed (tiny_config): the weights it started from
     initial = VaswaniForConditionalGeneration(model.config).model.encoder.embed_positions.weight
     assert initial.shape == model.model.encoder.embed_positions.weight.shape
+    assert not torch.equal(initial, model.model.encoder.embed_positions.weight)  # trained, and saved
     card = render_model_card(run_dir)
     assert "| Head sizes (d_k, d_v) | 4, 12 |" in card
     assert "| Positions | learned, one table per stack (Table 3 (E)), at most 128 tokens |" in card

@@ -88,6 +88,8 @@ class TrainingFigures:
     target_tokens_per_second_median: float | None = None  # median over the logging intervals
     final_train_loss: float | None = None  # label-smoothed, per target token
     world_size: int | None = None
+    # batches each process accumulated per update (at the end: a resume on another number of processes changes it)
+    gradient_accumulation_steps: int | None = None
     hardware: Hardware | None = None
     precision: str | None = None  # "bfloat16 autocast (training.bf16 is auto: ...)" or "float32 (...)": what and why
 

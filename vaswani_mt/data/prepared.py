@@ -94,13 +94,24 @@ SHARD_PAIRS = 100_000  # pairs per shard file: what one worker takes at a time
 BATCH_PAIRS = 10_000  # pairs per record batch: what a pass holds in memory
 
 
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" microseconds, or "max <period>"
+
+
 def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity: a container's or a job scheduler's share, not the whole
-    machine's count), at least 1."""
+    """The cores this process may use, at least 1: its CPU affinity (a job scheduler's or `taskset`'s share, not the
+    whole machine's count), capped by a container's CPU quota (`docker --cpus`, a Kubernetes CPU limit: cgroup v2's
+    cpu.max), rounded down."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = CGROUP_CPU_MAX.read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, int(quota) // int(period))
+    except (OSError, ValueError):  # no cgroup v2 file, or one this does not understand: the affinity alone
+        pass
+    return max(1, cores)
 
 
 def check_workers(workers: int | None) -> None:

@@ -180,7 +180,8 @@ def render_card(record: RunRecord, repo_id: str | None = None, license: str | No
         cleaning=_cleaning_rows(record.data),
         recipe=_recipe_rows(config.get("training") or {}, data.get("valid_subset"),
                             record.training.steps if record.training else None,
-                            record.training.precision if record.training else None),
+                            record.training.precision if record.training else None,
+                            record.training.gradient_accumulation_steps if record.training else None),
         run=_run_rows(record.training, record.command),
         max_positions=model_config.get("max_position_embeddings"),
         licence={"id": licence["license"], "link": licence.get("license_link"), "name_given": bool(license_name)})
@@ -309,7 +310,8 @@ def _cooldown(t, updates: int | None) -> str:
     return text + (f", but the run stopped at update {updates:,}" if updates is not None and updates < end else "")
 
 
-def _recipe_rows(t, subset: int | None = None, updates: int | None = None, precision: str | None = None) -> list[tuple]:
+def _recipe_rows(t, subset: int | None = None, updates: int | None = None, precision: str | None = None,
+                 accumulation: int | None = None) -> list[tuple]:
     """The training section of a run config as table rows; `subset`: data.valid_subset (validation on that many);
     `updates`: the run's updates (the record's), to say whether it finished its cool-down; `precision`: what the run
     computed in and why (the record's; runs before it have only `bf16`, true or false)."""
@@ -327,7 +329,7 @@ def _recipe_rows(t, subset: int | None = None, updates: int | None = None, preci
     if "label_smoothing" in t:
         rows.append(("Label smoothing", f"ε_ls = {t['label_smoothing']} (§5.4)"))
     if t.get("max_tokens"):
-        accumulation = t.get("gradient_accumulation_steps") or 1
+        accumulation = accumulation or t.get("gradient_accumulation_steps") or 1  # the run's, else the config's
         rows.append(("Batch", f"about {t['max_tokens']:,} tokens per side, sentences of similar length batched "
                               "together (§5.1)" + (f", × {accumulation} gradient accumulation" if accumulation > 1
                                                    else "")))

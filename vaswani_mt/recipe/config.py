@@ -114,6 +114,9 @@ class TrainingConfig:
     torch_compile: bool = False  # torch.compile the model: faster steps on CUDA (docs/speed.md), minutes to compile
 
 
+DDP_BACKENDS = (None, "nccl", "gloo", "mpi", "ccl", "hccl", "cncl", "mccl")  # transformers' `ddp_backend` choices
+
+
 @dataclass
 class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
@@ -278,6 +281,9 @@ def validate(config: RunConfig) -> None:
     if config.data.preprocess is not None and config.data.preprocess not in PREPROCESSING:
         raise ConfigError(f"data.preprocess must be null or one of {list(PREPROCESSING)}, got "
                           f"{config.data.preprocess!r}")
+    if t.ddp_backend not in DDP_BACKENDS:
+        raise ConfigError(f"training.ddp_backend must be null (NCCL on CUDA, gloo on CPUs) or one of "
+                          f"{', '.join(b for b in DDP_BACKENDS if b)}, got {t.ddp_backend!r}")
     if config.data.workers is not None and config.data.workers < 1:
         raise ConfigError(f"data.workers must be >= 1 (or null: the usable cores), got {config.data.workers}")
     if config.data.source_lang == config.data.target_lang:

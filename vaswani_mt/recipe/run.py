@@ -229,7 +229,7 @@ def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingAr
         training=TrainingFigures.from_trainer_state(
             trainer.state, args.world_size, wall_seconds_this_process=round(train_seconds, 1),
             train_runtime_seconds=train_metrics.get("train_runtime"), hardware=Hardware.of_this_machine(),
-            precision=bf16.describe()),
+            precision=bf16.describe(), gradient_accumulation_steps=args.gradient_accumulation_steps),
         model=ModelFacts(preset=config.model.preset, parameters=model.num_parameters(),
                          config=model.config.to_diff_dict()),
         data=prepared.report.to_dict(),
@@ -408,16 +408,20 @@ def _resume_point(checkpoints_dir: Path, args) -> tuple[str | None, TrainerState
 
 
 def _keep_the_update_batch(args: VaswaniTrainingArguments, checkpoint: str) -> None:
-    """A run resumed on another number of processes than its checkpoint's: the gradient accumulation that keeps the
-    tokens of an update (`vaswani_mt.recipe.processes`), set in `args` before the Trainer is built."""
+    """A resumed run keeps the update of its checkpoint (`vaswani_mt.recipe.processes`): the gradient accumulation
+    that gives this number of processes the checkpoint's batches per update, set in `args` before the Trainer is
+    built; one line when it differs from the config's. A checkpoint saved before checkpoints recorded their batch
+    resumes with the config's."""
     started = UpdateBatch.of_checkpoint(checkpoint)
-    if started is None or started.processes == args.world_size:
+    if started is None:
         return
     accumulation = accumulation_keeping(started, args.world_size, checkpoint)
-    now = UpdateBatch(args.world_size, accumulation, started.max_tokens)
-    logger.warning("resuming on %s where %s was trained on %d: gradient accumulation %d -> %d keeps an update at %d "
-                   "batches (%s; was %s)", processes_text(args.world_size), Path(checkpoint).name, started.processes,
-                   started.gradient_accumulation_steps, accumulation, now.batches, now.describe(), started.describe())
+    if started.processes != args.world_size or accumulation != args.gradient_accumulation_steps:
+        now = UpdateBatch(args.world_size, accumulation, args.max_tokens)
+        logger.warning("resuming on %s where %s was trained on %d: gradient accumulation %d -> %d keeps an update at "
+                       "%d batches (%s; was %s)", processes_text(args.world_size), Path(checkpoint).name,
+                       started.processes, started.gradient_accumulation_steps, accumulation, now.batches,
+                       now.describe(), started.describe())
     args.gradient_accumulation_steps = accumulation
 
 
