@@ -11,6 +11,7 @@ import sys
 import textwrap
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -100,6 +101,26 @@ def test_the_usable_cores_are_the_affinity_capped_by_a_containers_cpu_quota(tmp_
     assert prepared_module.usable_cores() == expected
     monkeypatch.setattr(prepared_module, "CGROUP_CPU_MAX", tmp_path / "absent")
     assert prepared_module.usable_cores() == 6
+
+
+def test_a_hub_dataset_is_keyed_by_the_revision_it_resolves_to(monkeypatch):
+    from huggingface_hub import HfApi
+
+    revisions = iter(["aaa111", "aaa111", "bbb222"])
+    monkeypatch.setattr(HfApi, "dataset_info", lambda self, repo_id, **kw: SimpleNamespace(sha=next(revisions)))
+    identities = [prepared_module.source_identity("someone/corpus", "en", "de", ["train"]) for _ in range(3)]
+    assert identities[0] == identities[1] == ["hub", "someone/corpus", "aaa111"]
+    assert identities[2] == ["hub", "someone/corpus", "bbb222"]  # a new revision: prepared again
+
+
+def test_a_hub_dataset_whose_revision_the_hub_cannot_give_is_keyed_by_its_id(monkeypatch):
+    from huggingface_hub import HfApi
+
+    def offline(self, repo_id, **kwargs):
+        raise OSError("offline")
+
+    monkeypatch.setattr(HfApi, "dataset_info", offline)
+    assert prepared_module.source_identity("someone/corpus", "en", "de", ["train"]) == ["hub", "someone/corpus", None]
 
 
 def test_the_number_of_workers_does_not_enter_the_cache_key(tmp_path):

@@ -11,8 +11,8 @@ it (`code_fingerprint`) — so that a change to either prepares again and the sa
 
   corpus-<key>/     every pair of each split, cleaned (and `data.preprocess`ed), with its cleaning marks; which pairs
                     stay (`keep-<split>.npy`); the cleaning counts. Key: the data files (path, size, modification
-                    and change times, inode; a Hub dataset: its id only, so a new revision under the same id
-                    needs another `data.cache_dir`), languages, splits, cleaning options, preprocessing.
+                    and change times, inode; a Hub dataset: its id and the commit it resolves to, the id alone
+                    offline), languages, splits, cleaning options, preprocessing.
   bpe-<key>/        the joint BPE learned on the kept training pairs, or an evenly spread sample of them
                     (`tokenizer.sample`). Key: the corpus key, vocabulary size, minimum frequency, sample size.
   tokenized-<key>/  `input_ids` and `labels` of the kept pairs. Key: the corpus key, the tokenizer's content,
@@ -146,8 +146,8 @@ def _file_identity(path: Path) -> list:
 
 def source_identity(source: str | os.PathLike | Mapping, src_lang: str, tgt_lang: str, splits: list[str]) -> list:
     """What identifies the data a run reads: for local files, each file's identity (`_file_identity`; the files of
-    the requested splits of a folder); for a Hub id, the id (a new revision of a Hub dataset under the same id is not
-    noticed: give `data.cache_dir` another folder to prepare it again)."""
+    the requested splits of a folder); for a Hub id, the id and the commit it resolves to now (`hub_revision`), so
+    that a new revision prepares again."""
     if isinstance(source, Mapping):
         return [[split, _file_identity(Path(path))] for split, path in sorted(source.items()) if Path(path).is_file()]
     path = Path(source).expanduser()
@@ -158,7 +158,20 @@ def source_identity(source: str | os.PathLike | Mapping, src_lang: str, tgt_lang
         files = [p for split in splits for p in texts.get(split, {}).values()]
         files += [p for p in sorted(path.iterdir()) if p.suffix.lower() in TABULAR_SUFFIXES and p.stem in splits]
         return [_file_identity(p) for p in sorted(files)]
-    return ["hub", str(source)]
+    return ["hub", str(source), hub_revision(str(source))]
+
+
+def hub_revision(dataset_id: str) -> str | None:
+    """The commit the Hub dataset `dataset_id` resolves to now; None where the Hub cannot say (offline,
+    HF_HUB_OFFLINE, no such dataset: the id alone then keys it, and the read that follows says what is wrong)."""
+    from huggingface_hub import HfApi
+
+    try:
+        return HfApi().dataset_info(dataset_id).sha
+    except Exception as error:  # noqa: BLE001 - any failure: key by the id, as before
+        logger.info("data: the Hub did not give the revision of %s (%s: %s); keyed by its id alone", dataset_id,
+                    type(error).__name__, error)
+        return None
 
 
 @dataclass
