@@ -14,7 +14,10 @@ PACKAGE = Path(vaswani_mt.__file__).parent
 # ARCHITECTURE.md, bottom to top: a module may import its own folder and any layer with a lower rank.
 RANKS = {"model": 0, "files": 1, "typed": 1, "precision": 1,
          "run_record": 2, "data": 3, "metrics": 3, "recipe": 4, "inference": 5,
-         "publishing": 6, "": 7, "cli": 8}  # "": the package's __init__.py, its public API
+         "publishing": 6, "package": 7, "": 8, "cli": 9}  # package.py: the public API; "": __init__.py, which loads it
+# Imports inside a function by design: under the `vaswani-mt` command the package's __init__ leaves its public API
+# (package.py, torch and transformers) to the command that runs, and loads it when a name is asked for first.
+LAZY_IMPORTS = {("vaswani_mt", "vaswani_mt.package")}
 
 
 def module_name(path: Path) -> str:
@@ -82,7 +85,8 @@ def test_the_model_files_that_travel_with_checkpoints_import_nothing_else_of_the
 
 def test_no_import_of_the_package_is_hidden_inside_a_function():
     hidden = [f"{MODULES[module].relative_to(PACKAGE.parent)}:{line} imports {name}"
-              for module in MODULES for name, line, in_function in package_imports(module) if in_function]
+              for module in MODULES for name, line, in_function in package_imports(module)
+              if in_function and (module, name) not in LAZY_IMPORTS]
     assert not hidden, "\n".join(hidden)
 
 

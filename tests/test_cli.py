@@ -1,6 +1,11 @@
 """The `vaswani-mt` entry point: its version, and usage errors as argparse tools report them."""
 
 import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from vaswani_mt import __version__
 from vaswani_mt.cli import main
@@ -25,3 +30,28 @@ def test_the_bare_command_exits_2_with_usage_on_stderr(capsys):
 def test_help_is_usage_on_stdout_and_exit_0(capsys):
     assert main(["--help"]) == 0
     assert capsys.readouterr().out.startswith("usage: vaswani-mt <command>")
+
+
+@pytest.mark.parametrize("option", ["--help", "--version"])
+def test_help_and_version_answer_without_importing_torch_transformers_or_datasets(option):
+    """`python -X importtime` lists every module the command imported (on stderr)."""
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "vaswani_mt.cli", option], capture_output=True,
+                            text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0 and result.stdout
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert "vaswani_mt.cli" in imported
+    assert not imported & {"torch", "transformers", "datasets", "vaswani_mt.package"}
+
+
+def test_a_command_runs_with_the_package_as_import_vaswani_mt_gives_it(tmp_path):
+    """Under the command the package loads when a command runs: the model is registered with the Auto classes."""
+    code = ("import sys; sys.argv = ['vaswani-mt', 'plot-schedule', '--help']\n"
+            "import vaswani_mt, vaswani_mt.cli\n"
+            "assert 'torch' not in sys.modules\n"
+            "try:\n    vaswani_mt.cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "from transformers import AutoConfig\n"
+            "print(type(AutoConfig.for_model('vaswani')).__name__, vaswani_mt.VaswaniConfig.__name__)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("VaswaniConfig VaswaniConfig")

@@ -3,10 +3,12 @@
 Importing the package registers the model with transformers' Auto classes, so that
 `AutoConfig`, `AutoModel` and `AutoModelForSeq2SeqLM` resolve `model_type="vaswani"`, plugs the fast decoding loops
 into the model's generate(), brings back the "translation" pipeline task, and plugs the model card into
-`VaswaniTrainer`'s Hub pushes. The layers are in ARCHITECTURE.md.
+`VaswaniTrainer`'s Hub pushes (`vaswani_mt/package.py`). Under the `vaswani-mt` command that happens when a command
+runs, so that `vaswani-mt --help` and `--version` answer without importing torch. The layers are in ARCHITECTURE.md.
 """
 
 import os
+import sys
 
 # Before anything loads torch, and so OpenMP (GNU's, in torch's Linux wheels): a thread that waits for work spins
 # 10,000 times, not 300,000, before it sleeps (a value the user set wins). Threads of two processes spinning on the
@@ -14,83 +16,35 @@ import os
 # shorter spin 43-44 %, and a run alone is as fast (docs/speed.md).
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
-from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
-
-from .data.batching import TokenBudgetBatchSampler, padding_stats
-from .data.cleaning import CleaningOptions, CleaningReport, load_parallel
-from .data.reading import DataError
-from .data.tokenization import normalize_text, train_tokenizer
-from .data.tokenizing import tokenize_dataset
-from .metrics import corpus_scores, load_metric, moses_tokenized_bleu
-from .model.configuration_vaswani import PRESETS, VaswaniConfig
-from .model.fast_decoding import FAST_DECODING
-from .model.modeling_vaswani import (
-    VaswaniForConditionalGeneration,
-    VaswaniModel,
-    VaswaniPreTrainedModel,
-    label_smoothed_cross_entropy,
-)
-from .model.pipeline_vaswani import TranslationPipeline, register_translation_pipeline, save_for_pipeline
-from .publishing.model_card import trainer_model_card
-from .recipe.averaging import average_checkpoints, find_checkpoints
-from .recipe.config import ConfigError, RunConfig, load_run_config
-from .recipe.run import train_run
-from .recipe.schedule import NoamLR, make_adam, noam_curve, noam_lr
-from .recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments
-from .run_record import RunRecord
-
 __version__ = "0.1.0"
 
-AutoConfig.register(VaswaniConfig.model_type, VaswaniConfig, exist_ok=True)
-AutoModel.register(VaswaniConfig, VaswaniModel, exist_ok=True)
-AutoModelForSeq2SeqLM.register(VaswaniConfig, VaswaniForConditionalGeneration, exist_ok=True)
-# save_pretrained then writes `auto_map` and copies the model code beside the weights, so a checkpoint loads with
-# stock transformers and trust_remote_code=True where vaswani_mt is not installed.
-VaswaniConfig.register_for_auto_class()
-VaswaniModel.register_for_auto_class("AutoModel")
-VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
-# generate() of the package's model decodes with vaswani_mt's faster loops (same output as transformers' loops); the
-# code saved beside a model does not carry them, so a folder loaded as remote code decodes with transformers' loops.
-VaswaniForConditionalGeneration.decoding_loops = FAST_DECODING
-# transformers 5 removed the "translation" task; bring it back, served by our TranslationPipeline.
-register_translation_pipeline()
-# VaswaniTrainer(push_to_hub=True) uploads vaswani_mt's model card: the publishing layer plugs it into the recipe's
-# trainer here, so that the trainer does not import the layers above it.
-VaswaniTrainer.card_writer = trainer_model_card
 
-__all__ = [
-    "PRESETS",
-    "RunRecord",
-    "CleaningOptions",
-    "CleaningReport",
-    "ConfigError",
-    "RunConfig",
-    "DataError",
-    "NoamLR",
-    "TokenBudgetBatchSampler",
-    "TranslationPipeline",
-    "VaswaniConfig",
-    "VaswaniForConditionalGeneration",
-    "VaswaniModel",
-    "VaswaniPreTrainedModel",
-    "VaswaniTrainer",
-    "VaswaniTrainingArguments",
-    "average_checkpoints",
-    "corpus_scores",
-    "find_checkpoints",
-    "label_smoothed_cross_entropy",
-    "load_metric",
-    "load_run_config",
-    "load_parallel",
-    "make_adam",
-    "moses_tokenized_bleu",
-    "noam_curve",
-    "noam_lr",
-    "normalize_text",
-    "padding_stats",
-    "register_translation_pipeline",
-    "save_for_pipeline",
-    "tokenize_dataset",
-    "train_run",
-    "train_tokenizer",
-]
+def _started_as_the_command() -> bool:
+    """Whether this process is the `vaswani-mt` command: its console script, or `python [options] -m vaswani_mt.cli`
+    (read from the interpreter's own arguments, up to the script or module it runs)."""
+    if os.path.splitext(os.path.basename(sys.argv[0]))[0] == "vaswani-mt":
+        return True
+    interpreter_args = iter(getattr(sys, "orig_argv", [])[1:])
+    for arg in interpreter_args:
+        if arg == "-m":
+            return next(interpreter_args, None) == "vaswani_mt.cli"
+        if arg in ("-X", "-W", "--check-hash-based-pycs"):  # options with a separate value
+            next(interpreter_args, None)
+        elif arg == "-c" or not arg.startswith("-"):  # a command string or a script
+            return False
+    return False
+
+
+if _started_as_the_command():
+    # The command's own entry (vaswani_mt.cli) imports `package` before it runs a command; a name asked for before
+    # that brings it in too.
+    def __getattr__(name: str):
+        from . import package
+
+        try:
+            return getattr(package, name)
+        except AttributeError:
+            raise AttributeError(f"module 'vaswani_mt' has no attribute {name!r}") from None
+else:
+    from .package import *  # noqa: F403
+    from .package import __all__  # noqa: F401

@@ -1,5 +1,6 @@
 """`vaswani-mt`: one entry point, one sub-command per job. Each sub-command lives in its own module and is imported
-only when used, so `vaswani-mt --help` stays instant."""
+only when used, and the package itself (torch, transformers, datasets) only when a command runs
+(`vaswani_mt/__init__.py`), so `vaswani-mt --help` and `--version` stay instant."""
 
 import importlib
 import importlib.metadata
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vaswani-mt: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module_name, function_name, _ = COMMANDS[name]
+    importlib.import_module("vaswani_mt.package")  # the package as `import vaswani_mt` gives it (see its __init__)
     command = getattr(importlib.import_module(module_name), function_name)
     try:
         return int(command(rest) or 0)

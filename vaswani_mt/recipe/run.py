@@ -410,13 +410,13 @@ def _resume_point(checkpoints_dir: Path, args) -> tuple[str | None, TrainerState
 def _keep_the_update_batch(args: VaswaniTrainingArguments, checkpoint: str) -> None:
     """A resumed run keeps the update of its checkpoint (`vaswani_mt.recipe.processes`): the gradient accumulation
     that gives this number of processes the checkpoint's batches per update, set in `args` before the Trainer is
-    built; one line when it differs from the config's. A checkpoint saved before checkpoints recorded their batch
+    built; one line when the number of processes changed. A checkpoint saved before checkpoints recorded their batch
     resumes with the config's."""
     started = UpdateBatch.of_checkpoint(checkpoint)
     if started is None:
         return
     accumulation = accumulation_keeping(started, args.world_size, checkpoint)
-    if started.processes != args.world_size or accumulation != args.gradient_accumulation_steps:
+    if started.processes != args.world_size:
         now = UpdateBatch(args.world_size, accumulation, args.max_tokens)
         logger.warning("resuming on %s where %s was trained on %d: gradient accumulation %d -> %d keeps an update at "
                        "%d batches (%s; was %s)", processes_text(args.world_size), Path(checkpoint).name,
