@@ -6,6 +6,7 @@ import errno
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -253,6 +254,40 @@ def test_a_full_disk_while_preparing_is_one_clear_line_and_leaves_no_partial_ent
     err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert err == [f"vaswani-mt prepare: error: no space left on device: {cache / 'train.raw.arrow'}"]
     assert not [path for path in cache.iterdir() if path.is_dir()]
+
+
+FILE_SIZE_LIMITED = textwrap.dedent("""
+    import resource, signal, sys
+    from vaswani_mt.data import prepared
+    from vaswani_mt.cli import main
+    prepared.LARGE_SPLIT, prepared.SHARD_PAIRS, prepared.BATCH_PAIRS = 100, 150, 50  # 2 worker processes
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of a signal
+    limit = int(sys.argv[1])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    sys.exit(main(["prepare", "--config", "multi30k-en-de", "--data.path", sys.argv[2], "--data.test_split", "test",
+                   "--data.cache_dir", sys.argv[3], "--data.workers", "2"]))
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
+def test_a_write_that_fails_in_a_worker_process_is_one_line_naming_the_entry_and_leaves_no_partial_entry(tmp_path,
+                                                                                                        monkeypatch):
+    """pyarrow's own error, raised in a worker process: files may not grow past the size of a cleaned shard, so the
+    workers' first write of one fails as on a full disk (with EFBIG, "File too large", instead of ENOSPC)."""
+    folder = _corpus(tmp_path / "corpus", train=600)
+    data, tokenizer_config = _config(folder, tmp_path / "sizes")
+    for name, value in (("LARGE_SPLIT", 100), ("SHARD_PAIRS", 150), ("BATCH_PAIRS", 50)):  # as the script sets them
+        monkeypatch.setattr(prepared_module, name, value)
+    shard = max(path.stat().st_size for path in Path(prepare(data, tokenizer_config).folders["corpus"]).glob("train-*"))
+    cache = tmp_path / "cache"
+    result = subprocess.run([sys.executable, "-c", FILE_SIZE_LIMITED, str(shard - 1), str(folder), str(cache)],
+                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Cleaning train" in result.stderr  # the worker pass ran
+    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and re.search(r"vaswani-mt prepare: error: File too large: \S+/corpus-[0-9a-f]+$",
+                                          errors[0]), errors
+    assert not [path for path in cache.iterdir() if path.is_dir()]  # nothing half-written, no temporary folder
 
 
 def test_bad_data_is_one_clear_line_from_prepare(tmp_path, capsys):

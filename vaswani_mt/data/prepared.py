@@ -37,6 +37,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -56,7 +57,7 @@ from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from ..files import new_file_mode, new_folder_mode
+from ..files import first_line, new_file_mode, new_folder_mode
 from .cleaning import (
     CLEANING_MARKS,
     CleaningOptions,
@@ -262,11 +263,24 @@ def _entry(cache: Path, name: str, build) -> Path:
         try:
             build(tmp)
             os.rename(tmp, final)
-        except BaseException:
+        except BaseException as error:
             shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(error, OSError) and not error.filename:
+                raise _naming_entry(error, final) from error
             raise
     logger.info("prepared %s", final)
     return final
+
+
+def _naming_entry(error: OSError, entry: Path) -> OSError:
+    """The OSError of a write that names no file, naming the cache entry it was preparing: pyarrow's write errors (a
+    full disk: "Error writing bytes to file. Detail: [errno 28] No space left on device") carry neither a file name
+    nor, from a worker process, an errno, which is read from the message then."""
+    number = error.errno
+    if number is None:
+        found = re.search(r"\[errno (\d+)\]", str(error))
+        number = int(found.group(1)) if found else None
+    return OSError(number, os.strerror(number) if number else first_line(error), str(entry))
 
 
 @contextlib.contextmanager
