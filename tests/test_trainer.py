@@ -354,6 +354,23 @@ def test_default_optimizer_is_adam_with_the_papers_betas_and_epsilon_under_the_n
     assert group["lr"] == pytest.approx(noam_lr(1, trainer.model.config.d_model, 4000))  # the rate of the first update
 
 
+def test_each_process_of_a_multi_process_cpu_run_trains_on_the_plain_cpu(tmp_path, monkeypatch):
+    """accelerate gives each CPU process an indexed device ("cpu:0"); torch.load cannot map a checkpoint onto it, so
+    resuming such a run with transformers before 5.24 failed (tests/test_processes.py resumes one on every version)."""
+    from transformers import Seq2SeqTrainingArguments
+
+    monkeypatch.setattr(Seq2SeqTrainingArguments, "device", property(lambda self: torch.device("cpu", 0)))
+    args = VaswaniTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+    assert args.device == torch.device("cpu") and args.device.index is None
+    torch.save({"step": torch.ones(1)}, tmp_path / "state.pt")
+    with pytest.raises(RuntimeError, match="cpu:0"):  # what transformers before 5.24 loaded the optimizer state with
+        torch.load(tmp_path / "state.pt", map_location=torch.device("cpu", 0), weights_only=True)
+    assert torch.load(tmp_path / "state.pt", map_location=args.device, weights_only=True)["step"].item() == 1
+    monkeypatch.setattr(Seq2SeqTrainingArguments, "device", property(lambda self: torch.device("cuda", 1)))
+    assert VaswaniTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True).device == torch.device(
+        "cuda", 1)  # other devices keep their index
+
+
 def test_trainer_requires_vaswani_training_arguments(tmp_path):
     from transformers import Seq2SeqTrainingArguments
 

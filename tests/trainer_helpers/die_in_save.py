@@ -1,6 +1,7 @@
-"""`vaswani-mt train` as a torchrun worker that dies, on its first attempt only, when the run saves one checkpoint
-(tests/test_processes.py's elastic test): the worker of rank RANK kills itself with SIGKILL as it enters the save of
-the checkpoint of update STEP, while rank 0 is writing that checkpoint's files.
+"""`vaswani-mt train` as a torchrun worker that dies once in the run, when it saves one checkpoint
+(tests/test_processes.py's elastic tests): the worker of rank RANK kills itself with SIGKILL as it enters the save of
+the checkpoint of update STEP, while rank 0 is writing that checkpoint's files. A file beside the run's checkpoints
+(`died-in-save`) says it did, so that no later attempt dies again, whichever node its rank lands on.
 
     torchrun ... tests/trainer_helpers/die_in_save.py RANK STEP -- --config run.yaml --resume
 """
@@ -8,18 +9,21 @@ the checkpoint of update STEP, while rank 0 is writing that checkpoint's files.
 import os
 import signal
 import sys
+from pathlib import Path
 
 from vaswani_mt.cli.train import main
 from vaswani_mt.recipe import trainer
 
 
 def install(rank: str, step: int) -> None:
-    if os.environ.get("RANK") != rank or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+    if os.environ.get("RANK") != rank:
         return
     save = trainer.VaswaniTrainer._save_checkpoint
 
     def dying_save(self, model, trial=None, *args, **kwargs):
-        if self.state.global_step == step:
+        died = Path(self.args.output_dir).parent / "died-in-save"
+        if self.state.global_step == step and not died.exists():
+            died.touch()
             os.kill(os.getpid(), signal.SIGKILL)
         return save(self, model, trial, *args, **kwargs)
 

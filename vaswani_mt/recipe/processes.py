@@ -6,8 +6,9 @@ restarted worker's process group published its address under the same keys as th
 then read the address of a worker that had died and give up ("Gloo connectFullMesh failed ... Connection refused"),
 ending the run instead of restarting it. On one node (one agent, so one count of restarts for every worker) each
 attempt here joins under keys of its own (`TORCHELASTIC_RESTART_COUNT`), so the restarted workers meet each other.
-Across nodes the agents count their restarts apart (a node whose workers were only stopped counts none), so there
-torch's own process group is left as it is.
+Across nodes the agents count their restarts apart (a node whose workers were only stopped counts none), so no worker
+can name the attempt for all; there torch's own remedy is needed, a store of each attempt's own (the c10d rendezvous
+with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` on every node; pytorch issue 135712), and a run without it says so.
 
 Another number of processes on resume: an update is `max_tokens x processes x gradient accumulation` target tokens
 (per side, padding included; §5.1). Each checkpoint records the processes and the accumulation that made it
@@ -59,6 +60,19 @@ def join_this_attempts_process_group(backend: str | None) -> bool:
     return True
 
 
+def restarts_across_nodes_problem() -> str | None:
+    """One line for the log of an elastic run of several nodes whose attempts share torchrun's store (see the
+    module's docstring); None where restarts are not asked for, on one node, or where each attempt has its own."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if (int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) < 1
+            or os.environ.get("LOCAL_WORLD_SIZE", str(world_size)) == str(world_size)
+            or os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true"):
+        return None
+    return ("torchrun --max-restarts on several nodes shares one store between attempts: a restarted worker may read "
+            "the address of a dead one and the restart fail (pytorch issue 135712); start torchrun with "
+            "--rdzv-backend c10d and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 on every node")
+
+
 @dataclass(frozen=True)
 class UpdateBatch:
     """What one update holds: `processes` x `gradient_accumulation_steps` batches of `max_tokens` per side."""
@@ -105,4 +119,5 @@ def accumulation_keeping(started: UpdateBatch, count: int, checkpoint: str | Pat
     return started.batches // count
 
 
-__all__ = ["BATCH_FILE", "UpdateBatch", "accumulation_keeping", "join_this_attempts_process_group", "processes_text"]
+__all__ = ["BATCH_FILE", "UpdateBatch", "accumulation_keeping", "join_this_attempts_process_group", "processes_text",
+           "restarts_across_nodes_problem"]

@@ -65,7 +65,8 @@ from .averaging import average_checkpoints
 from .config import ConfigError, RunConfig, load_run_config, save_run_config
 from .host_memory import keep_freed_memory
 from .plots import plot_training_curves
-from .processes import UpdateBatch, accumulation_keeping, join_this_attempts_process_group, processes_text
+from .processes import (UpdateBatch, accumulation_keeping, join_this_attempts_process_group, processes_text,
+                        restarts_across_nodes_problem)
 from .progress import LOG_FORMAT, TrainingProgress, duration
 from .snapshots import WeightSnapshots, drop_snapshots_after, last_snapshots
 from .trainer import VaswaniTrainer, VaswaniTrainingArguments, complete_checkpoints, is_complete_checkpoint
@@ -115,6 +116,8 @@ def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started:
         prepared = prepare(config.data, config.tokenizer, tokenizer=resumed_tokenizer)
     run.root.mkdir(parents=True, exist_ok=True)
     with _run_log(run, args.should_save):
+        if args.should_save and restarts_across_nodes_problem():
+            logger.warning(restarts_across_nodes_problem())
         if args.should_save:
             with writing(run.config):
                 save_run_config(config, run.config)

@@ -114,6 +114,14 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         if self.label_smoothing_factor:
             raise ValueError("use label_smoothing (the paper's formulation, §5.4), not label_smoothing_factor")
 
+    @property
+    def device(self) -> torch.device:
+        """transformers' device, with an indexed CPU ("cpu:0", what accelerate gives each process of a multi-process CPU
+        run) as plain "cpu", the same memory: transformers before 5.24 resume such a run by loading the optimizer state
+        with it as `map_location`, which torch refuses ("don't know how to restore data location ... cpu:0")."""
+        device = super().device
+        return torch.device("cpu") if device.type == "cpu" else device
+
     @classmethod
     def from_config(cls, training: TrainingConfig, output_dir: str, **settings) -> VaswaniTrainingArguments:
         """The arguments of a run config's training section. A key that names an argument (`warmup_steps`,
