@@ -38,15 +38,16 @@ READY_LINE = "; Ctrl+C stops it"  # what `vaswani-mt demo` says once it serves
 
 
 @contextlib.contextmanager
-def serving(model: str | Path, log: Path, *extra: str):
+def serving(model: str | Path, log: Path, *extra: str, cwd: Path | None = None):
     """`vaswani-mt demo MODEL --port N` running until the block ends; yields (url, process). The page is ready when
     the command says so (its "Ctrl+C stops it" line: the server answers /config a moment before launch() returns,
-    and a Ctrl+C then stops it while starting) and /config answers. Its stderr goes to `log`."""
+    and a Ctrl+C then stops it while starting) and /config answers. Its stderr goes to `log`; it runs in `cwd`
+    (default: the log's folder), where a relative MODEL is found."""
     port = free_port()
     with open(log, "w", encoding="utf-8") as stream:
         process = subprocess.Popen([sys.executable, "-m", "vaswani_mt.cli", "demo", str(model), "--port", str(port),
                                     *extra], stdout=stream, stderr=subprocess.STDOUT, env=demo_env(),
-                                   cwd=log.parent, preexec_fn=_default_sigint)
+                                   cwd=cwd or log.parent, preexec_fn=_default_sigint)
         url = f"http://127.0.0.1:{port}/"
         try:
             deadline = time.monotonic() + START_TIMEOUT

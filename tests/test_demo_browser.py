@@ -96,7 +96,7 @@ def test_the_page_translates_shows_the_nbest_scores_and_the_heatmap_and_reports_
     screenshot = Path(os.environ.get("VASWANI_MT_DEMO_SCREENSHOT") or tmp_path / "demo.png")
     log = tmp_path / "demo.log"
 
-    with serving(model_dir, log) as (url, process):
+    with serving(model_dir, log, cwd=Path.cwd()) as (url, process):  # a relative VASWANI_MT_DEMO_MODEL: from here
         browser.get(url)
         source = WebDriverWait(browser, WAIT).until(lambda d: d.find_element(By.CSS_SELECTOR, "#source textarea"))
         source.send_keys(text)
