@@ -116,8 +116,8 @@ def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started:
         prepared = prepare(config.data, config.tokenizer, tokenizer=resumed_tokenizer)
     run.root.mkdir(parents=True, exist_ok=True)
     with _run_log(run, args.should_save):
-        if args.should_save and restarts_across_nodes_problem():
-            logger.warning(restarts_across_nodes_problem())
+        if args.should_save and (restarts_problem := restarts_across_nodes_problem()):
+            logger.warning(restarts_problem)
         if args.should_save:
             with writing(run.config):
                 save_run_config(config, run.config)
