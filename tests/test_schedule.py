@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from vaswani_mt.recipe.schedule import NoamLR, cooldown_multiplier, make_adam, noam_curve, noam_lr
+from vaswani_mt.recipe.schedule import (NoamLR, cooldown_length, cooldown_multiplier, make_adam, noam_curve,
+                                        noam_lr)
 
 
 def _optimizer(num_groups: int = 1) -> torch.optim.Adam:
@@ -137,12 +138,82 @@ def test_last_epoch_argument_resumes_like_torch_schedulers():
 # --- the linear cool-down (not in the paper) ---------------------------------------------------------------------
 
 
-def test_cooldown_multiplier_is_one_until_the_last_n_updates_then_falls_linearly_to_one_nth():
-    assert [cooldown_multiplier(step, 10, 4) for step in range(1, 11)] == [1, 1, 1, 1, 1, 1, 1.0, 0.75, 0.5, 0.25]
+def test_cooldown_multiplier_is_one_until_the_last_n_updates_then_falls_linearly_to_zero_at_the_last():
+    assert [cooldown_multiplier(step, 10, 4) for step in range(1, 11)] == [1, 1, 1, 1, 1, 1, 0.75, 0.5, 0.25, 0.0]
     assert cooldown_multiplier(11, 10, 4) == 0.0  # past the end
     with pytest.raises(ValueError, match="step must be >= 0"):
         cooldown_multiplier(-1, 10, 4)
-    assert [cooldown_multiplier(step, 3, 3) for step in (1, 2, 3)] == [1.0, 2 / 3, 1 / 3]
+    assert [cooldown_multiplier(step, 3, 3) for step in (1, 2, 3)] == [2 / 3, 1 / 3, 0.0]
+
+
+@pytest.mark.parametrize(("setting", "total", "updates"), [(0, 100, 0), (None, 100, 0), (30, 100, 30),
+                                                            (0.25, 100, 25), (0.22, 9000, 1980), (0.001, 100, 1)])
+def test_a_cooldown_is_a_number_of_updates_or_a_fraction_of_the_run(setting, total, updates):
+    assert cooldown_length(setting, total) == updates
+
+
+def test_a_cooldown_laid_anew_before_its_fall_gives_the_rates_of_a_run_started_with_that_length():
+    optimizer, planned = _optimizer(), _optimizer()
+    replanned = NoamLR(optimizer, d_model=64, warmup_steps=3, cooldown_steps=8, total_steps=40)
+    reference = NoamLR(planned, d_model=64, warmup_steps=3, cooldown_steps=5, total_steps=20)
+    first = _train_steps(optimizer, replanned, 10)
+    assert replanned.replan(20, 5) is True  # 10 updates done, the fall at 15-20: laid anew
+    assert first + _train_steps(optimizer, replanned, 10) == _train_steps(planned, reference, 20)
+    assert optimizer.param_groups[0]["lr"] == 0.0 and replanned.get_last_lr() == [0.0]
+
+
+def test_a_cooldown_shortened_inside_its_fall_goes_on_from_the_last_rate_straight_to_zero():
+    optimizer = _optimizer()
+    scheduler = NoamLR(optimizer, d_model=64, warmup_steps=3, cooldown_steps=10, total_steps=30)
+    used = _train_steps(optimizer, scheduler, 24)  # the fall began after update 20: multiplier 0.6 at update 24
+    assert scheduler.multiplier(24) == pytest.approx(0.6)
+    assert scheduler.replan(27, 10) is False  # the new cool-down would have begun at 17: go on from here instead
+    used += _train_steps(optimizer, scheduler, 3)
+    expected = [noam_lr(k, 64, 3) * 0.6 * (27 - k) / 3 for k in (25, 26, 27)]
+    assert used[24:] == pytest.approx(expected, rel=1e-12) and used[-1] == 0.0
+    assert (scheduler.total_steps, scheduler.cooldown_start, scheduler.cooldown_steps) == (27, 24, 3)
+
+
+def test_a_cooldown_that_should_have_begun_already_begins_at_the_next_update():
+    optimizer = _optimizer()
+    scheduler = NoamLR(optimizer, d_model=64, warmup_steps=3, cooldown_steps=10, total_steps=100)
+    _train_steps(optimizer, scheduler, 20)
+    assert scheduler.replan(25, 10) is False  # its fall would have begun at update 15: it starts now, from 1
+    used = _train_steps(optimizer, scheduler, 5)
+    assert used == pytest.approx([noam_lr(k, 64, 3) * (25 - k) / 5 for k in range(21, 26)], rel=1e-12)
+
+
+def _resumed_rates(saved: dict, updates: int) -> list[float]:
+    """The rates of `updates` updates of a scheduler built without a cool-down and restored from `saved`."""
+    optimizer = _optimizer()
+    resumed = NoamLR(optimizer, d_model=64, warmup_steps=3)
+    resumed.load_state_dict(saved)
+    return _train_steps(optimizer, resumed, updates)
+
+
+def test_a_replanned_schedule_resumes_with_its_plan():
+    optimizer = _optimizer()
+    scheduler = NoamLR(optimizer, d_model=64, warmup_steps=3, cooldown_steps=10, total_steps=30)
+    _train_steps(optimizer, scheduler, 24)
+    scheduler.replan(27, 10)
+    saved = scheduler.state_dict()
+    assert _resumed_rates(saved, 3) == _train_steps(optimizer, scheduler, 3)
+
+
+def test_a_schedule_saved_before_replanning_existed_resumes_with_its_cooldown():
+    optimizer = _optimizer()
+    scheduler = NoamLR(optimizer, d_model=64, warmup_steps=3, cooldown_steps=5, total_steps=12)
+    _train_steps(optimizer, scheduler, 6)
+    saved = {k: v for k, v in scheduler.state_dict().items() if not k.startswith("cooldown_start")}
+    assert _resumed_rates(saved, 6) == _train_steps(optimizer, scheduler, 6)
+
+
+def test_replanning_to_an_end_already_passed_is_refused():
+    optimizer = _optimizer()
+    scheduler = NoamLR(optimizer, d_model=64, warmup_steps=3)
+    _train_steps(optimizer, scheduler, 5)
+    with pytest.raises(ValueError, match=r"total_steps \(5\) must lie after the 5 updates done"):
+        scheduler.replan(5, 1)
 
 
 def test_scheduler_with_cooldown_uses_the_noam_rate_times_the_cooldown_multiplier():
@@ -160,11 +231,7 @@ def test_resumed_scheduler_keeps_the_saved_cooldown():
     scheduler = NoamLR(optimizer, d_model=64, warmup_steps=3, cooldown_steps=5, total_steps=12)
     _train_steps(optimizer, scheduler, 6)
     saved = scheduler.state_dict()
-    uninterrupted = _train_steps(optimizer, scheduler, 6)
-    resumed_optimizer = _optimizer()
-    resumed = NoamLR(resumed_optimizer, d_model=64, warmup_steps=3)  # built without one: the saved state decides
-    resumed.load_state_dict(saved)
-    assert _train_steps(resumed_optimizer, resumed, 6) == uninterrupted
+    assert _resumed_rates(saved, 6) == _train_steps(optimizer, scheduler, 6)  # built without one: the saved one counts
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -288,9 +288,9 @@ def test_logged_learning_rate_is_the_noam_rate_of_the_update_just_made(tmp_path,
     assert max(logged, key=logged.get) == effective_warmup  # rises until the end of the warm-up, then decays
 
 
-def test_trainer_cools_the_rate_down_linearly_over_the_last_cooldown_steps_of_the_run(tmp_path):
+def test_trainer_cools_the_rate_down_linearly_to_zero_at_the_last_update_of_the_run(tmp_path):
     """cooldown_steps ends where the run ends: at max_steps, the logged rate of update k is
-    noam_lr(k) * (max_steps - k + 1) / cooldown_steps over the last cooldown_steps updates."""
+    noam_lr(k) * (max_steps - k) / cooldown_steps over the last cooldown_steps updates, 0 at the last."""
     max_steps, cooldown = 6, 3
     examples = common.make_examples(2 * max_steps, seed=4)
     trainer = common.RecordingTrainer(
@@ -303,9 +303,9 @@ def test_trainer_cools_the_rate_down_linearly_over_the_last_cooldown_steps_of_th
     trainer.train()
     d_model = trainer.model.config.d_model
     logged = {entry["step"]: entry["learning_rate"] for entry in trainer.state.log_history if "learning_rate" in entry}
-    expected = {k: noam_lr(k, d_model, 2) * min(1.0, (max_steps - k + 1) / cooldown) for k in range(1, max_steps + 1)}
+    expected = {k: noam_lr(k, d_model, 2) * min(1.0, (max_steps - k) / cooldown) for k in range(1, max_steps + 1)}
     assert logged == pytest.approx(expected, rel=1e-12)
-    assert logged[6] == pytest.approx(noam_lr(6, d_model, 2) / 3, rel=1e-12)
+    assert logged[6] == 0.0
 
 
 def test_a_cooldown_longer_than_the_run_is_refused_naming_the_setting(tmp_path):

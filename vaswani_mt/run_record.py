@@ -78,6 +78,20 @@ class Hardware:
 
 
 @dataclass
+class TimeBudgetPlan:
+    """How `training.budget_minutes` laid the run out on its machine (vaswani_mt.recipe.budget)."""
+
+    budget_minutes: float | None = None
+    updates: int | None = None  # the planned last update (the last plan's)
+    cooldown_from: int | None = None  # the update after which the rate fell, to 0 at `updates` (None: no cool-down)
+    seconds_per_update: float | None = None  # the pace the last plan measured
+    seconds_per_validation: float | None = None  # a validation pass and its checkpoint
+    plans: list[dict] = field(default_factory=list)  # each plan logged: step, updates, cooldown_from, pace, why
+    resumed: bool | None = None  # resumed from a checkpoint, keeping its plan
+    run_minutes: float | None = None  # from the budget's start (the command's) to the run's record
+
+
+@dataclass
 class TrainingFigures:
     """How training went: updates, time, throughput, the last loss."""
 
@@ -92,6 +106,7 @@ class TrainingFigures:
     gradient_accumulation_steps: int | None = None
     hardware: Hardware | None = None
     precision: str | None = None  # "bfloat16 autocast (training.bf16 is auto: ...)" or "float32 (...)": what and why
+    time_budget: TimeBudgetPlan | None = None  # the plan of a run with training.budget_minutes
 
     @classmethod
     def from_trainer_state(cls, state, world_size: int | None, **figures) -> TrainingFigures:
@@ -218,9 +233,11 @@ class RunRecord:
         output_dir = Path(args.output_dir)
         run = next((cls.read(folder) for folder in (output_dir, output_dir.parent)
                     if RunFolder(folder).record.is_file() or RunFolder(folder).config.is_file()), cls())
+        plan = getattr(trainer, "time_budget_facts", lambda: None)()
         training = TrainingFigures.from_trainer_state(
             state, args.world_size, hardware=Hardware.of_this_machine() if state.global_step else None,
-            precision=run.training.precision or ("bfloat16 autocast" if args.bf16 else "float32"))
+            precision=run.training.precision or ("bfloat16 autocast" if args.bf16 else "float32"),
+            time_budget=from_mapping(TimeBudgetPlan, plan) if plan else run.training.time_budget)
         record = cls(
             name=output_dir.resolve().name, command=run.command, training=training,
             model=ModelFacts(preset=run.model.preset, parameters=model.num_parameters()), data=run.data,
@@ -263,5 +280,5 @@ def _read_yaml(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-__all__ = ["RunFolder", "RunRecord", "Hardware", "TrainingFigures", "ModelFacts", "Selection", "Validation",
-           "TestScores", "last_validation"]
+__all__ = ["RunFolder", "RunRecord", "Hardware", "TimeBudgetPlan", "TrainingFigures", "ModelFacts", "Selection",
+           "Validation", "TestScores", "last_validation"]

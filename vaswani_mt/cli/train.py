@@ -18,7 +18,9 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
 
+from .. import _started_as_the_command
 from ..data.reading import DataError
 from ..files import describe_os_error, writing
 from ..recipe.config import ConfigError, load_run_config, parse_overrides, shipped_config_names
@@ -46,13 +48,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_started() -> float:
+    """When the command started (`time.time()`): the process's start where this process is the `vaswani-mt` command,
+    so that a time budget counts the interpreter's start and imports too (Linux says when a process started); now
+    where it does not say, or when another program calls `main`."""
+    now = time.time()
+    if not _started_as_the_command():
+        return now
+    try:
+        since_boot = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return now
+    return min(now, boot + since_boot)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     known, rest = build_parser().parse_known_args(argv)
     is_main = os.environ.get("RANK", "0") == "0"  # torchrun and accelerate launch number the processes
     logging.basicConfig(level=logging.INFO if is_main else logging.WARNING, format=LOG_FORMAT, force=True,
                         handlers=[logging.StreamHandler(sys.stderr)])
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), command_started()  # training.budget_minutes counts from the latter
     try:
         overrides = parse_overrides(rest)
         if known.output_dir:
@@ -60,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         config = load_run_config(known.config, overrides, quick=known.quick)
         run = RunFolder(config.output_dir)
         finished_before = known.resume and run.record.is_file()
-        record = train_run(config, resume=known.resume, command="vaswani-mt train " + " ".join(argv))
+        record = train_run(config, resume=known.resume, command="vaswani-mt train " + " ".join(argv),
+                           started=started_at)
         if is_main and not finished_before:
             languages = (config.data.source_lang, config.data.target_lang)
             summary = run_summary(record.to_json(), run.root, time.perf_counter() - started, languages)

@@ -181,7 +181,8 @@ def render_card(record: RunRecord, repo_id: str | None = None, license: str | No
         recipe=_recipe_rows(config.get("training") or {}, data.get("valid_subset"),
                             record.training.steps if record.training else None,
                             record.training.precision if record.training else None,
-                            record.training.gradient_accumulation_steps if record.training else None),
+                            record.training.gradient_accumulation_steps if record.training else None,
+                            record.training.time_budget if record.training else None),
         run=_run_rows(record.training, record.command),
         max_positions=model_config.get("max_position_embeddings"),
         licence={"id": licence["license"], "link": licence.get("license_link"), "name_given": bool(license_name)})
@@ -310,11 +311,32 @@ def _cooldown(t, updates: int | None) -> str:
     return text + (f", but the run stopped at update {updates:,}" if updates is not None and updates < end else "")
 
 
+def _planned_cooldown(plan, updates: int | None) -> str:
+    """The cool-down a time budget laid out (and where the run stopped if that was before its end)."""
+    if plan.cooldown_from is None:
+        return ""
+    text = f"; then a linear fall to 0 over updates {plan.cooldown_from + 1:,}-{plan.updates:,} (not in the paper)"
+    return text + (f", but the run stopped at update {updates:,}" if updates is not None and updates < plan.updates
+                   else "")
+
+
+def _budget_length(plan) -> str:
+    """What a time budget planned on the run's machine, and what the run took."""
+    minutes = f"{plan.budget_minutes:g} minute" + ("" if plan.budget_minutes == 1 else "s")
+    pace = (f" ({plan.seconds_per_update:.3g} s per update, {plan.seconds_per_validation:.0f} s per validation)"
+            if plan.seconds_per_update else "")
+    took = f"; the run took {plan.run_minutes:.1f} minutes" if plan.run_minutes is not None else ""
+    resumed = ", resumed once and keeping that plan" if plan.resumed else ""
+    return (f"a time budget of {minutes}: {plan.updates:,} updates planned on its machine{pace}{resumed}, the "
+            f"schedule laid over them{took}")
+
+
 def _recipe_rows(t, subset: int | None = None, updates: int | None = None, precision: str | None = None,
-                 accumulation: int | None = None) -> list[tuple]:
+                 accumulation: int | None = None, plan=None) -> list[tuple]:
     """The training section of a run config as table rows; `subset`: data.valid_subset (validation on that many);
     `updates`: the run's updates (the record's), to say whether it finished its cool-down; `precision`: what the run
-    computed in and why (the record's; runs before it have only `bf16`, true or false)."""
+    computed in and why (the record's; runs before it have only `bf16`, true or false); `plan`: how a time budget
+    laid the run out (the record's `TimeBudgetPlan`)."""
     rows = []
     until = f" and {t['max_minutes']} minutes" if t.get("max_minutes") else ""
     if "adam_beta1" in t:
@@ -325,7 +347,7 @@ def _recipe_rows(t, subset: int | None = None, updates: int | None = None, preci
         rows.append(("Learning rate", f"Noam schedule, d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), "
                                       f"{t['warmup_steps']} warm-up steps"
                      + (f", factor {factor}" if factor not in (None, 1, 1.0) else "") + " (§5.3)"
-                     + _cooldown(t, updates)))
+                     + (_planned_cooldown(plan, updates) if plan and plan.updates else _cooldown(t, updates))))
     if "label_smoothing" in t:
         rows.append(("Label smoothing", f"ε_ls = {t['label_smoothing']} (§5.4)"))
     if t.get("max_tokens"):
@@ -335,7 +357,9 @@ def _recipe_rows(t, subset: int | None = None, updates: int | None = None, preci
                                                    else "")))
     elif t.get("per_device_train_batch_size"):
         rows.append(("Batch", f"{t['per_device_train_batch_size']} sentences per device"))
-    if t.get("max_steps"):
+    if plan and plan.updates:
+        rows.append(("Length", _budget_length(plan)))
+    elif t.get("max_steps"):
         rows.append(("Length", f"at most {t['max_steps']:,} updates" + until))
     elif t.get("num_epochs"):
         rows.append(("Length", f"at most {t['num_epochs']:,g} epochs" + until))  # 1000.0 -> 1,000

@@ -85,12 +85,16 @@ class ModelConfig:
 class TrainingConfig:
     max_tokens: int = 4096  # token budget per batch and side, padding included (§5.1: ~25k on 8 GPUs)
     gradient_accumulation_steps: int = 1  # multiply the batch without more memory
-    max_steps: int | None = None  # stop after this many updates (None: num_epochs decides)
+    max_steps: int | None = None  # stop after this many updates (None: num_epochs decides); with budget_minutes: a cap
     num_epochs: float = 30.0
-    max_minutes: float | None = None  # stop (with a final checkpoint) after this much wall time
-    warmup_steps: int = 4000  # Noam warm-up (§5.3)
+    # the whole run (from the command's start to its record) in this many minutes: the updates are planned from the
+    # machine's measured pace, the cool-down laid over them so the rate is 0 at the last one (recipe/budget.py)
+    budget_minutes: float | None = None
+    max_minutes: float | None = None  # stop (with a final checkpoint) after this much wall time, wherever the schedule is
+    warmup_steps: int = 4000  # Noam warm-up (§5.3), in updates
     noam_factor: float = 1.0  # Noam multiplier (§5.3 uses 1)
-    cooldown_steps: int | None = None  # not in §5.3: the rate falls linearly to 0 over the last N of max_steps; 0: none
+    # not in §5.3: the rate falls linearly to 0 over the run's last N updates, or a fraction (< 1) of them; 0: none
+    cooldown_steps: int | float | None = None
     label_smoothing: float = 0.1  # eps_ls (§5.4)
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
@@ -244,7 +248,7 @@ def validate(config: RunConfig) -> None:
     if t.average_every is not None and t.average_last < 2:
         raise ConfigError(f"training.average_every ({t.average_every}) takes snapshots for the average of the last "
                           f"training.average_last, which must then be at least 2, got {t.average_last}")
-    if problem := cooldown_problem(t.cooldown_steps, t.max_steps, "training.max_steps"):
+    if problem := cooldown_problem(t.cooldown_steps, t.max_steps, "training.max_steps", planned=bool(t.budget_minutes)):
         raise ConfigError(f"training.{problem}")
     if t.average_every is None and t.average_last > t.keep_checkpoints:
         raise ConfigError(f"training.average_last ({t.average_last}) cannot exceed training.keep_checkpoints "

@@ -57,11 +57,14 @@ class _Pass:
 
 class TrainingProgress(TrainerCallback):
     """Labelled progress of training and of every translation pass (module docstring). `install` puts it in place of
-    the Trainer's own display. `max_minutes`: the run's time budget, so that the ETA says when the budget ends the
-    run rather than when the last of `max_steps` would be reached."""
+    the Trainer's own display. `max_minutes`: the run's stop after so many minutes, so that the ETA says when it ends
+    the run rather than when the last of `max_steps` would be reached. `budget_minutes`: the time budget that plans
+    the run's updates (`vaswani_mt.recipe.budget`), named in the first line; the plan is the steps shown."""
 
-    def __init__(self, max_minutes: float | None = None, every_seconds: float = EVERY_SECONDS):
+    def __init__(self, max_minutes: float | None = None, every_seconds: float = EVERY_SECONDS,
+                 budget_minutes: float | None = None):
         self.budget_seconds = max_minutes * 60 if max_minutes else None
+        self.planned_within = budget_minutes * 60 if budget_minutes else None
         self.every_seconds = every_seconds
         self.label: str | None = None  # the name of the translation passes to come (`stage`)
         self.training_bar = None
@@ -101,12 +104,15 @@ class TrainingProgress(TrainerCallback):
                                      leave=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}"
                                                             "{postfix}")
         budget = f", time budget {duration(self.budget_seconds)}" if self.budget_seconds else ""
+        if self.planned_within:
+            budget += f", planned to end within {duration(self.planned_within)} of the run's start"
         self._say(args, f"train: {_count(state.max_steps - state.global_step, 'update')} to go (step "
                         f"{state.global_step}/{state.max_steps}){budget}")
 
     def on_step_end(self, args, state, control, **kwargs):
         self.last_mark = time.perf_counter()
         if self.training_bar is not None:
+            self.training_bar.total = state.max_steps  # a time budget's plan may move it
             self.training_bar.update(state.global_step - self.training_bar.n)
             self.training_bar.set_postfix_str(", ".join([*self.last_logged, self._timing(state)]), refresh=False)
 

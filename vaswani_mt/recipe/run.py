@@ -58,12 +58,15 @@ from ..run_record import (
     RunRecord,
     Selection,
     TestScores,
+    TimeBudgetPlan,
     TrainingFigures,
     last_validation,
 )
 from .averaging import average_checkpoints
+from .budget import BudgetPlanner
 from .config import ConfigError, RunConfig, load_run_config, save_run_config
 from .host_memory import keep_freed_memory
+from .pace import measure_pace
 from .plots import plot_training_curves
 from .processes import (UpdateBatch, accumulation_keeping, join_this_attempts_process_group, processes_text,
                         restarts_across_nodes_problem)
@@ -74,15 +77,18 @@ from .trainer import VaswaniTrainer, VaswaniTrainingArguments, complete_checkpoi
 logger = logging.getLogger("vaswani_mt.train")
 
 
-def train_run(config: RunConfig, resume: bool = False, command: str | None = None) -> RunRecord:
+def train_run(config: RunConfig, resume: bool = False, command: str | None = None,
+              started: float | None = None) -> RunRecord:
     """Train, select, score and save the run that `config` describes, in `config.output_dir`; return its record.
 
     `resume`: continue the run already in `config.output_dir` (with the config it was started with); without it, a
     folder that already holds a run is refused. `command`: how the run was started, for its record and card.
+    `started`: when it was started (`time.time()`; None: now), where `training.budget_minutes` counts from.
     While it runs, the package logs its progress at INFO to the run's train.log, and to stderr too when the caller
     has set up no logging (a script, a notebook); `training.num_threads` holds for the run only. Under torchrun,
     a process group this call started is closed when it returns."""
-    started = time.perf_counter()
+    began = time.perf_counter()
+    started = time.time() if started is None else started
     run = RunFolder(config.output_dir)
     _check_run_folder(config, run, resume)
     with _progress_shown():
@@ -92,7 +98,7 @@ def train_run(config: RunConfig, resume: bool = False, command: str | None = Non
         own_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
         threads = torch.get_num_threads()
         try:
-            record = _run(config, run, resume, command or "", started)
+            record = _run(config, run, resume, command or "", started, began)
         finally:
             torch.set_num_threads(threads)
         if own_group:
@@ -100,7 +106,7 @@ def train_run(config: RunConfig, resume: bool = False, command: str | None = Non
     return record
 
 
-def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started: float) -> RunRecord:
+def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started: float, began: float) -> RunRecord:
     join_this_attempts_process_group(config.training.ddp_backend)  # under torchrun: this attempt's own group
     device = "cuda" if torch.cuda.is_available() else "cpu"
     bf16 = choose_bf16(config.training.bf16, device)  # training.bf16: auto -> where the device computes it natively
@@ -114,6 +120,8 @@ def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started:
         run.tokenizer / "tokenizer.json").exists() else None
     with args.main_process_first(desc="data"):  # before the run folder exists: bad data leaves nothing behind
         prepared = prepare(config.data, config.tokenizer, tokenizer=resumed_tokenizer)
+    # before the run folder exists too: a budget too short for this machine leaves nothing behind
+    planner = _budget_planner(config, args, prepared, started, resume and bool(complete_checkpoints(run.checkpoints)))
     run.root.mkdir(parents=True, exist_ok=True)
     with _run_log(run, args.should_save):
         if args.should_save and (restarts_problem := restarts_across_nodes_problem()):
@@ -123,9 +131,9 @@ def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started:
                 save_run_config(config, run.config)
             if config.tokenizer.path is None and resumed_tokenizer is None:
                 prepared.tokenizer.save_pretrained(run.tokenizer)
-        record = _train_and_finish(config, run, args, prepared, resume, command, bf16)
+        record = _train_and_finish(config, run, args, prepared, resume, command, bf16, planner, run_started=started)
         if args.should_save:
-            logger.info("run complete after %s; its record: %s", duration(time.perf_counter() - started), run.record)
+            logger.info("run complete after %s; its record: %s", duration(time.perf_counter() - began), run.record)
     return record
 
 
@@ -188,7 +196,8 @@ def _run_log(run: RunFolder, is_main: bool) -> Iterator[None]:
 
 
 def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingArguments, prepared, resume: bool,
-                      command: str, bf16: Bf16Choice) -> RunRecord:
+                      command: str, bf16: Bf16Choice, planner: BudgetPlanner | None,
+                      run_started: float) -> RunRecord:
     tokenizer, tokenized = prepared.tokenizer, prepared.tokenized
     logger.info("run folder %s; world size %d; %s", run.root, args.world_size, bf16.describe())
     if args.device.type == "cpu" and keep_freed_memory():
@@ -196,9 +205,7 @@ def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingAr
     logger.info("data: %s; prepared in %s", prepared.report.summary(),
                 ", ".join(str(folder) for folder in prepared.folders.values()))
     prepared.warn_truncated()
-    valid = tokenized[config.data.valid_split]
-    if config.data.valid_subset is not None:
-        valid = valid.select(range(min(config.data.valid_subset, len(valid))))
+    valid = _validation_split(config, tokenized)
 
     resume_from, ended = _resume_point(run.checkpoints, args) if resume else (None, None)
     if resume_from is not None and ended is None:
@@ -208,8 +215,9 @@ def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingAr
     _set_decoding(model, config)
     logger.info("model: %s preset, %.2fM parameters, %s-norm", config.model.preset, model.num_parameters() / 1e6,
                 model.config.norm_style)
-    trainer = _trainer(config, run, args, model, tokenizer, tokenized[config.data.train_split], valid)
-    progress = TrainingProgress(config.training.max_minutes).install(trainer)
+    trainer = _trainer(config, run, args, model, tokenizer, tokenized[config.data.train_split], valid, planner)
+    progress = TrainingProgress(config.training.max_minutes,
+                                budget_minutes=config.training.budget_minutes).install(trainer)
 
     if resume and ended is None and args.should_save:  # the updates after the checkpoint are repeated
         for removed in drop_snapshots_after(run.snapshots, checkpoint_step(resume_from) if resume_from else 0):
@@ -223,16 +231,20 @@ def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingAr
         train_metrics = _restore_ended_training(trainer, ended, run.checkpoints, resume_from)
     train_seconds = time.perf_counter() - started
     history = trainer.state.log_history
-    if config.training.cooldown_steps and trainer.state.global_step < config.training.max_steps:
-        logger.warning("the run stopped at update %d, before the end of its cool-down at training.max_steps %d",
-                       trainer.state.global_step, config.training.max_steps)
+    schedule = trainer.lr_scheduler
+    if schedule is not None and schedule.cooldown_steps and trainer.state.global_step < schedule.total_steps:
+        logger.warning("the run stopped at update %d, before the end of its cool-down at update %d (%s)",
+                       trainer.state.global_step, schedule.total_steps,
+                       "its plan" if planner is not None else "training.max_steps")
+    plan = trainer.time_budget_facts()
 
     record = RunRecord(
         command=command,
         training=TrainingFigures.from_trainer_state(
             trainer.state, args.world_size, wall_seconds_this_process=round(train_seconds, 1),
             train_runtime_seconds=train_metrics.get("train_runtime"), hardware=Hardware.of_this_machine(),
-            precision=bf16.describe(), gradient_accumulation_steps=args.gradient_accumulation_steps),
+            precision=bf16.describe(), gradient_accumulation_steps=args.gradient_accumulation_steps,
+            time_budget=TimeBudgetPlan(**plan) if plan else None),
         model=ModelFacts(preset=config.model.preset, parameters=model.num_parameters(),
                          config=model.config.to_diff_dict()),
         data=prepared.report.to_dict(),
@@ -259,6 +271,8 @@ def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingAr
         write_atomically((json.dumps(history, indent=1) + "\n").encode(), run.log_history)
         with writing(run.plots):
             _plot(history, run.plots)
+        if record.training.time_budget is not None:
+            record.training.time_budget.run_minutes = round((time.time() - run_started) / 60, 2)
         # Last, and atomically: a run folder with its record is finished (`resume` then has nothing to do).
         record.write(run)
     trainer.accelerator.wait_for_everyone()
@@ -307,16 +321,61 @@ def _set_decoding(model: VaswaniForConditionalGeneration, config: RunConfig) -> 
         generation.length_penalty_style = config.training.length_penalty_style
 
 
-def _trainer(config: RunConfig, run: RunFolder, args, model, tokenizer, train, valid) -> VaswaniTrainer:
+def _trainer(config: RunConfig, run: RunFolder, args, model, tokenizer, train, valid,
+             planner: BudgetPlanner | None = None) -> VaswaniTrainer:
     callbacks = [TimeBudget(config.training.max_minutes)] if config.training.max_minutes else []
     if config.training.average_every is not None:
         callbacks.append(WeightSnapshots(run.snapshots, config.training.average_every, config.training.average_last))
+    if planner is not None:
+        callbacks.append(planner)
+    return VaswaniTrainer(model=model, args=args, train_dataset=train, eval_dataset=valid, processing_class=tokenizer,
+                          data_collator=_collator(config, tokenizer, model), callbacks=callbacks)
+
+
+def _collator(config: RunConfig, tokenizer, model) -> DataCollatorForSeq2Seq:
     # Compiled on CUDA, inductor guards on whether each length is a multiple of 8 (the alignment SDPA needs for its
     # mask): lengths padded to a multiple of 8 keep it at one compile instead of up to four.
     pad_to = 8 if config.training.torch_compile and torch.cuda.is_available() else None
-    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, pad_to_multiple_of=pad_to)
-    return VaswaniTrainer(model=model, args=args, train_dataset=train, eval_dataset=valid, processing_class=tokenizer,
-                          data_collator=collator, callbacks=callbacks)
+    return DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, pad_to_multiple_of=pad_to)
+
+
+def _validation_split(config: RunConfig, tokenized):
+    """The validation split as training scores it: its first `data.valid_subset` pairs, or all of them."""
+    valid = tokenized[config.data.valid_split]
+    if config.data.valid_subset is not None:
+        valid = valid.select(range(min(config.data.valid_subset, len(valid))))
+    return valid
+
+
+def _budget_planner(config: RunConfig, args: VaswaniTrainingArguments, prepared, started: float,
+                    from_checkpoint: bool) -> BudgetPlanner | None:
+    """The planner of a run with `training.budget_minutes` (`vaswani_mt.recipe.budget`). A run that starts here is
+    probed first (`vaswani_mt.recipe.pace`), and refused in one line when the budget cannot fit its warm-up on this
+    machine; a run resumed from a checkpoint keeps the checkpoint's plan."""
+    t = config.training
+    if not t.budget_minutes:
+        return None
+    valid = _validation_split(config, prepared.tokenized)
+    test = prepared.tokenized[config.data.test_split] if config.data.test_split else []
+    # what follows training, in validation passes: the best checkpoint's, the average's, the test split's
+    after = 1 + (t.average_last > 1) + len(test) / max(len(valid), 1)
+    planner = BudgetPlanner(t.budget_minutes, t.cooldown_steps, started=started, after_training=after)
+    if from_checkpoint:
+        return planner
+    tokenizer = prepared.tokenizer
+
+    def probe_trainer(probe_args):
+        model = VaswaniForConditionalGeneration(_model_config(config, tokenizer))
+        _set_decoding(model, config)
+        return VaswaniTrainer(model=model, args=probe_args, train_dataset=prepared.tokenized[config.data.train_split],
+                              processing_class=tokenizer, data_collator=_collator(config, tokenizer, model))
+
+    planner.pace = measure_pace(probe_trainer, args, valid)
+    logger.info("time budget %s: this machine takes %.3f s per update and at most %.0f s per validation (a probe)",
+                duration(t.budget_minutes * 60), planner.pace.seconds_per_update, planner.pace.seconds_per_validation)
+    if problem := planner.warmup_problem(t.warmup_steps, t.eval_steps, t.max_steps or 10 ** 9):
+        raise ConfigError(problem)
+    return planner
 
 
 def _score(trainer: VaswaniTrainer, dataset, references: list[str], config: RunConfig,

@@ -12,11 +12,12 @@ Steps are 1-based: step ``k`` is the k-th optimizer update. Step 0 (before any u
 rate 0, which also keeps the formula free of a division by zero.
 
 Not in the paper: an optional linear cool-down. Over the last ``cooldown_steps`` of a run of known
-length the Noam rate is multiplied by a factor falling linearly from 1 to 0 (the last update runs
-with ``1 / cooldown_steps`` of it). The inverse square root alone never anneals: a short run ends
-at a rate still near its peak (Li et al. 2020, "Budgeted Training", anneal to 0 by the end of the
-budget). The cool-down ends at the run's last update, so the run's length must be fixed in
-updates; a run stopped earlier (a time budget) stops before or inside it.
+length the Noam rate is multiplied by a factor falling linearly from 1 to 0, which it reaches at
+the run's last update. The inverse square root alone never anneals: a short run ends at a rate
+still near its peak (Li et al. 2020, "Budgeted Training": anneal to 0 by the end of the budget).
+The cool-down ends at the run's last update, so the run's length must be fixed in updates: by
+``max_steps``, or by a time budget that measures the machine and re-lays the cool-down while the run
+goes (`NoamLR.replan`, `vaswani_mt.recipe.budget`).
 """
 
 from __future__ import annotations
@@ -58,12 +59,28 @@ def _check_cooldown(cooldown_steps: int, total_steps: int | None) -> None:
 
 def cooldown_multiplier(step: int, total_steps: int, cooldown_steps: int) -> float:
     """The cool-down's factor for the ``step``-th update of ``total_steps``: 1 until the last ``cooldown_steps``
-    updates, then ``(total_steps - step + 1) / cooldown_steps`` (the last update gets ``1 / cooldown_steps``), 0
-    past the end."""
+    updates, then ``(total_steps - step) / cooldown_steps``, falling by ``1 / cooldown_steps`` per update to 0 at
+    the last one (and past the end)."""
     _check_cooldown(cooldown_steps, total_steps)
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step!r}")
-    return min(1.0, max(0.0, (total_steps - step + 1) / cooldown_steps))
+    return _falling(step, total_steps, total_steps - cooldown_steps, 1.0)
+
+
+def _falling(step: int, total_steps: int, start: int, start_multiplier: float) -> float:
+    """A multiplier that is ``start_multiplier`` up to update ``start`` and then falls linearly to 0 at update
+    ``total_steps``."""
+    return start_multiplier * min(1.0, max(0.0, (total_steps - step) / (total_steps - start)))
+
+
+def cooldown_length(cooldown_steps: int | float | None, total_steps: int) -> int:
+    """The cool-down's updates in a run of ``total_steps``: ``cooldown_steps`` itself, or a fraction (< 1) of the run,
+    as transformers reads a ``warmup_steps`` below 1; 0 for none."""
+    if not cooldown_steps:
+        return 0
+    if cooldown_steps < 1:
+        return max(1, round(cooldown_steps * total_steps))
+    return int(cooldown_steps)
 
 
 def noam_curve(d_model: int, warmup_steps: int, num_steps: int, factor: float = 1.0) -> list[float]:
@@ -90,8 +107,8 @@ class NoamLR(LRScheduler):
 
     ``cooldown_steps`` (with ``total_steps``, the run's length): the Noam rate times
     :func:`cooldown_multiplier`, a linear fall to 0 over the last ``cooldown_steps`` updates (module docstring);
-    0 or None: no cool-down.
-    A restored state keeps its own cool-down; one given here as well must be the same.
+    0 or None: no cool-down. :meth:`replan` lays a new one while the run goes (a time budget). A restored state keeps
+    its own cool-down; one given here as well must be the same.
 
     The optimizer's own initial lr is ignored (see :func:`make_adam`, which passes 1.0).
     """
@@ -119,18 +136,54 @@ class NoamLR(LRScheduler):
         self.factor = factor
         self.cooldown_steps = cooldown_steps
         self.total_steps = total_steps
+        # The fall: the multiplier is `cooldown_start_multiplier` up to update `cooldown_start`, then falls linearly
+        # to 0 at `total_steps`. As laid out: 1 up to the last `cooldown_steps` updates; `replan` moves it.
+        self.cooldown_start = total_steps - cooldown_steps if cooldown_steps is not None else None
+        self.cooldown_start_multiplier = 1.0
         # The base class insists on "initial_lr" when resuming with last_epoch >= 0; our schedule
         # never reads it, so provide it instead of making callers fake it.
         for group in optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
         super().__init__(optimizer, last_epoch)
 
+    def multiplier(self, step: int) -> float:
+        """The cool-down's factor of the ``step``-th update (1 without one)."""
+        if self.cooldown_steps is None:
+            return 1.0
+        return _falling(step, self.total_steps, self.cooldown_start, self.cooldown_start_multiplier)
+
+    def is_falling(self) -> bool:
+        """Whether the updates done so far have entered the cool-down's fall."""
+        done = max(self.last_epoch, 0)
+        return self.cooldown_start is not None and (done > self.cooldown_start or self.cooldown_start_multiplier < 1)
+
     def _current_lr(self) -> float:
         step = self.last_epoch + 1
-        lr = noam_lr(step, self.d_model, self.warmup_steps, self.factor)
-        if self.cooldown_steps is None:
-            return lr
-        return lr * cooldown_multiplier(step, self.total_steps, self.cooldown_steps)
+        return noam_lr(step, self.d_model, self.warmup_steps, self.factor) * self.multiplier(step)
+
+    def replan(self, total_steps: int, cooldown_steps: int) -> bool:
+        """End the run at update ``total_steps`` instead, its rate falling to 0 there over ``cooldown_steps`` updates
+        (0: no cool-down, the run just ends there). Before the fall has begun (the updates done so far ran at the full
+        Noam rate, and the new cool-down lies wholly ahead) the cool-down is laid anew, as if the run had been started
+        with this length: the rates already used are the same either way. Otherwise the fall goes on from the rate of
+        the last update done, straight to 0 at ``total_steps``. Returns whether the cool-down was laid anew. The next
+        update runs with the new rate."""
+        done = max(self.last_epoch, 0)
+        if total_steps <= done:
+            raise ValueError(f"total_steps ({total_steps}) must lie after the {done} updates done")
+        if problem := setting_problem("cooldown_steps", cooldown_steps):
+            raise ValueError(problem)
+        anew = not self.is_falling() and done <= total_steps - cooldown_steps
+        if not cooldown_steps and anew:
+            self.cooldown_start = None
+        elif anew:
+            self.cooldown_start, self.cooldown_start_multiplier = total_steps - cooldown_steps, 1.0
+        else:
+            self.cooldown_start, self.cooldown_start_multiplier = done, self.multiplier(done)
+        self.total_steps = total_steps
+        self.cooldown_steps = None if self.cooldown_start is None else total_steps - self.cooldown_start
+        self._apply_current_lr()
+        return anew
 
     def get_lr(self) -> list[float]:
         """The lr for every param group; torch calls this after advancing ``last_epoch``."""
@@ -147,6 +200,13 @@ class NoamLR(LRScheduler):
                     raise ValueError(f"the saved schedule has {name}={state_dict.get(name)!r}, this one "
                                      f"{getattr(self, name)!r}: a resumed run keeps the cool-down it was started with")
         super().load_state_dict(state_dict)
+        if "cooldown_start" not in state_dict:  # saved before the cool-down could be re-laid: as it was laid out
+            self.cooldown_start = self.total_steps - self.cooldown_steps if self.cooldown_steps is not None else None
+            self.cooldown_start_multiplier = 1.0
+        self._apply_current_lr()
+
+    def _apply_current_lr(self) -> None:
+        """Put the rate of the coming update into the optimizer (after a restore or a new plan)."""
         lr = self._current_lr()
         for group in self.optimizer.param_groups:
             if isinstance(group["lr"], torch.Tensor):

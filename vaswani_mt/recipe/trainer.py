@@ -44,11 +44,12 @@ from ..metrics import corpus_scores
 from ..model.pipeline_vaswani import save_for_pipeline
 from ..precision import choose_bf16
 from ..run_record import RunRecord
+from .budget import BudgetPlanner
 from .config import TrainingConfig
 from .loss import training_loss
 from .processes import UpdateBatch
 from .rules import cooldown_problem, setting_problem
-from .schedule import NoamLR, make_adam
+from .schedule import NoamLR, cooldown_length, make_adam
 
 logger = logging.getLogger(__name__)
 
@@ -88,9 +89,15 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
                                                                                        "cross-entropy)."})
     noam_factor: float = field(default=_RECIPE.noam_factor, metadata={"help": "Multiplier of the Noam schedule."})
     warmup_steps: int | float = field(default=_RECIPE.warmup_steps, metadata={"help": "Noam warm-up updates (§5.3)."})
-    cooldown_steps: int | None = field(
+    cooldown_steps: int | float | None = field(
         default=_RECIPE.cooldown_steps,
-        metadata={"help": "Not in §5.3: the rate falls linearly to 0 over the last N of the run's updates (0: none)."})
+        metadata={"help": "Not in §5.3: the rate falls linearly to 0 over the last N of the run's updates, or a "
+                          "fraction (< 1) of them (0: none)."})
+    budget_minutes: float | None = field(
+        default=_RECIPE.budget_minutes,
+        metadata={"help": "Plan the run's updates from the machine's measured pace so that training and its "
+                          "validations end within this many minutes, the cool-down laid over them "
+                          "(vaswani_mt.recipe.budget); max_steps then caps the plan."})
     adam_beta2: float = field(default=_RECIPE.adam_beta2, metadata={"help": "§5.3: beta_2 = 0.98."})
     adam_epsilon: float = field(default=_RECIPE.adam_epsilon, metadata={"help": "§5.3: epsilon = 1e-9."})
     weight_decay: float = field(default=_RECIPE.weight_decay, metadata={"help": "None in the paper."})
@@ -107,7 +114,8 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         super().__post_init__()
         if self.save_total_limit is not None:
             self.checkpoint_limit, self.save_total_limit = self.save_total_limit, None
-        for name in ("warmup_steps", "label_smoothing", "noam_factor", "max_tokens", "cooldown_steps"):
+        for name in ("warmup_steps", "label_smoothing", "noam_factor", "max_tokens", "cooldown_steps",
+                     "budget_minutes"):
             problem = setting_problem(name, getattr(self, name))
             if problem:
                 raise ValueError(problem)
@@ -204,9 +212,26 @@ class VaswaniTrainer(Seq2SeqTrainer):
             self.compute_metrics = bleu_chrf_metrics(self.processing_class, self._remember_signatures)
         self._target_tokens_since_log = 0
         self._last_log_time = time.perf_counter()
+        if self.args.budget_minutes and self.budget_planner is None:
+            self.add_callback(BudgetPlanner(self.args.budget_minutes, self.args.cooldown_steps))
         for name, lost in TRAINER_PRIVATE_HOOKS.items():
             if not callable(getattr(Seq2SeqTrainer, name, None)):
                 logger.warning("vaswani_mt: transformers' Trainer has no %s: %s", name, lost)
+
+    @property
+    def budget_planner(self) -> BudgetPlanner | None:
+        """The callback that plans the run's updates within `budget_minutes`, if there is one."""
+        return next((c for c in self.callback_handler.callbacks if isinstance(c, BudgetPlanner)), None)
+
+    def time_budget_facts(self) -> dict | None:
+        """How the time budget laid the run out (`BudgetPlanner.facts`), for the run record; None without one."""
+        planner = self.budget_planner
+        if planner is None:
+            return None
+        if self.lr_scheduler is not None:
+            return planner.facts(self.lr_scheduler.total_steps, self.lr_scheduler.cooldown_start)
+        planner.restore(self.state)  # a run resumed after its training ended: the plan its checkpoint keeps
+        return planner.facts(self.state.max_steps, (planner.plans or [{}])[-1].get("cooldown_from"))
 
     def _remember_signatures(self, signatures: dict[str, str]) -> None:
         if self.bleu_signatures is None:
@@ -226,12 +251,15 @@ class VaswaniTrainer(Seq2SeqTrainer):
             d_model = self.accelerator.unwrap_model(self.model).config.d_model
             # get_warmup_steps: a float warmup_steps < 1 is a fraction of the training steps, as in TrainingArguments.
             # num_training_steps: max_steps, or the updates of num_train_epochs; the cool-down ends there.
-            problem = cooldown_problem(self.args.cooldown_steps, num_training_steps, "the run's updates")
+            # With a time budget the planner lays the cool-down out once it has measured the machine.
+            planned = bool(self.args.budget_minutes)
+            problem = cooldown_problem(self.args.cooldown_steps, num_training_steps, "the run's updates", planned)
             if problem:
                 raise ValueError(problem)
+            cooldown = 0 if planned else cooldown_length(self.args.cooldown_steps, num_training_steps)
             self.lr_scheduler = NoamLR(optimizer or self.optimizer, d_model=d_model,
                                        warmup_steps=self.args.get_warmup_steps(num_training_steps),
-                                       factor=self.args.noam_factor, cooldown_steps=self.args.cooldown_steps,
+                                       factor=self.args.noam_factor, cooldown_steps=cooldown,
                                        total_steps=num_training_steps)
         return self.lr_scheduler
 

@@ -1,0 +1,57 @@
+"""How fast this machine runs a run: a probe made before training, for the time budget's first plan
+(`vaswani_mt.recipe.budget`) and its check that the budget fits the warm-up at all.
+
+The probe trains a few updates of a throw-away copy of the run (the same model configuration, arguments, batches and
+precision, through the same Trainer) and translates a few validation sentences with the run's beam search, timing
+both. The model it times is untrained, so its translations run to the length limit: the validation estimate is an
+upper bound, which the run replaces by what it measures at its first validation. It writes nothing, and the run
+seeds its own model afterwards, so the probe changes nothing of the run but its start time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+
+from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+
+from .budget import Pace
+
+PROBE_UPDATES = 6  # the first one (memory set-up) is not timed
+PROBE_SENTENCES = 32
+
+
+class _StepClock(TrainerCallback):
+    def __init__(self):
+        self.ends: list[float] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.ends.append(time.perf_counter())
+
+
+def measure_pace(make_trainer, args, valid_dataset, updates: int = PROBE_UPDATES,
+                 sentences: int = PROBE_SENTENCES) -> Pace:
+    """Seconds per update and per validation pass over `valid_dataset`, measured on a throw-away trainer:
+    `make_trainer(args)` builds it (a fresh model, the run's data) from these arguments, changed to train `updates`
+    updates into a temporary folder without evaluating, saving or logging."""
+    clock = _StepClock()
+    with tempfile.TemporaryDirectory(prefix="vaswani-mt-probe-") as folder:
+        probe_args = dataclasses.replace(
+            args, output_dir=folder, max_steps=updates, eval_strategy="no", save_strategy="no",
+            logging_strategy="no", logging_first_step=False, load_best_model_at_end=False, report_to=[],
+            disable_tqdm=True, budget_minutes=None, save_total_limit=None, checkpoint_limit=None)
+        trainer = make_trainer(probe_args)
+        for display in (PrinterCallback, ProgressCallback):  # the probe says nothing
+            trainer.remove_callback(display)
+        trainer.add_callback(clock)
+        trainer.train()
+        per_update = (clock.ends[-1] - clock.ends[0]) / max(len(clock.ends) - 1, 1)
+        probed = valid_dataset.select(range(min(sentences, len(valid_dataset))))
+        started = time.perf_counter()
+        trainer.predict(probed)
+        per_validation = (time.perf_counter() - started) * len(valid_dataset) / max(len(probed), 1)
+    return Pace(per_update, per_validation)
+
+
+__all__ = ["PROBE_SENTENCES", "PROBE_UPDATES", "measure_pace"]
