@@ -23,9 +23,10 @@ for other processes to go quiet; disturbed repetitions are redone. Prints target
 min–max), the ratio to Marian at the same precision and to Marian fp32.
 
 `--loss training`: the label-smoothed loss (ε = 0.1) each model trains with: ours through
-`vaswani_mt.recipe.loss.training_loss` (what `VaswaniTrainer` uses; block by block on CPU), Marian through transformers'
-`LabelSmoother` (what `Seq2SeqTrainer(label_smoothing_factor=0.1)` uses), plus `ours log_softmax loss`: the
-same loss through the model's one-log_softmax function (the training loss before the blockwise one).
+`vaswani_mt.recipe.loss.projected_label_smoothed_cross_entropy` (what `VaswaniTrainer` uses on CPU: the output
+projection inside the loss, block by block), Marian through transformers' `LabelSmoother` (what
+`Seq2SeqTrainer(label_smoothing_factor=0.1)` uses), plus `ours log_softmax loss`: the same loss through the model's
+logits and its one-log_softmax function (`label_smoothed_cross_entropy`).
 `--malloc keep`: glibc's malloc keeps freed memory in the process, as `vaswani-mt train` sets it on CPU
 (`vaswani_mt.recipe.host_memory`); `--malloc both` times every system both ways, switching before each run.
 
@@ -73,12 +74,24 @@ def step_runner(model, batch, steps: int, bf16: bool, loss_of=None, malloc=None)
     return run
 
 
-def ours_training_loss(loss_function):
+def ours_training_loss(projected: bool):
+    """Our training loss: through the model's logits, or (`projected`) with the output projection inside the loss,
+    as `VaswaniTrainer` computes it on CPU."""
+    from vaswani_mt.model.modeling_vaswani import label_smoothed_cross_entropy
+    from vaswani_mt.recipe.loss import output_projection_in_the_loss, projected_label_smoothed_cross_entropy
+
     def loss_of(model, batch):
         labels = batch["labels"]
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       decoder_input_ids=model.prepare_decoder_input_ids_from_labels(labels), use_cache=False).logits
-        loss_sum, _, count = loss_function(logits, labels, epsilon=0.1, pad_token_id=model.config.pad_token_id)
+        inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                      decoder_input_ids=model.prepare_decoder_input_ids_from_labels(labels), use_cache=False)
+        pad = model.config.pad_token_id
+        if not projected:
+            loss_sum, _, count = label_smoothed_cross_entropy(model(**inputs).logits, labels, 0.1, pad_token_id=pad)
+            return loss_sum / count
+        with output_projection_in_the_loss(model) as (weight, bias):
+            hidden = model(**inputs).logits
+        loss_sum, _, count = projected_label_smoothed_cross_entropy(hidden, weight, labels, 0.1, pad_token_id=pad,
+                                                                    bias=bias)
         return loss_sum / count
     return loss_of
 
@@ -150,9 +163,6 @@ def main(argv=None) -> int:
         ours.train(), marian.train()
     precisions = ("fp32", "bf16") if args.precision == "all" else (args.precision,)
     training_loss = args.loss == "training"
-    if training_loss:
-        from vaswani_mt.model.modeling_vaswani import label_smoothed_cross_entropy as log_softmax_loss
-        from vaswani_mt.recipe.loss import training_loss as trainers_loss
     mallocs = {"as-is": {"": None}, "keep": {"": keep_freed}, "both": {", malloc default": MALLOC_DEFAULT,
                                                                        ", malloc keeps": keep_freed}}[args.malloc]
     systems = {}
@@ -169,10 +179,10 @@ def main(argv=None) -> int:
                                                                            malloc)
             if training_loss:
                 systems[f"ours log_softmax loss{suffix} {precision}"] = step_runner(
-                    copy.deepcopy(ours), batch, args.steps, bf16, ours_training_loss(log_softmax_loss), malloc)
+                    copy.deepcopy(ours), batch, args.steps, bf16, ours_training_loss(projected=False), malloc)
             systems[f"ours{suffix} {precision}"] = step_runner(
                 copy.deepcopy(ours), batch, args.steps, bf16,
-                ours_training_loss(trainers_loss) if training_loss else None, malloc)
+                ours_training_loss(projected=True) if training_loss else None, malloc)
     tokens = int(batch["labels"].numel())
     print(f"CPU {Hardware.of_this_machine().cpu}; loss {args.loss}; malloc {args.malloc}", file=sys.stderr)
     native, why = native_bf16("cpu")

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from vaswani_mt.model.modeling_vaswani import label_smoothed_cross_entropy
 from vaswani_mt.recipe import loss as recipe_loss
-from vaswani_mt.recipe.loss import blockwise_label_smoothed_cross_entropy, training_loss
+from vaswani_mt.recipe.loss import projected_label_smoothed_cross_entropy
 
 VOCAB = 11
 PAD = 1
@@ -41,7 +41,13 @@ def _batch(seed=0, shape=(3, 7), dtype=torch.float32):
     return logits, labels
 
 
-# The training loss (blockwise on CPU) and the model's own function (one log_softmax) meet the same specification.
+def training_loss(logits, labels, epsilon=0.1, **kwargs):
+    """The training loss on CPU, with the output projection inside it, over an identity projection: the hidden
+    states are the logits, and so is their gradient."""
+    return projected_label_smoothed_cross_entropy(logits, torch.eye(logits.shape[-1]), labels, epsilon, **kwargs)
+
+
+# The training loss (projected, on CPU) and the model's own function (one log_softmax) meet the same specification.
 BOTH = pytest.mark.parametrize("loss_function", [training_loss, label_smoothed_cross_entropy],
                                ids=["training_loss", "models_loss"])
 
@@ -58,11 +64,13 @@ def test_matches_brute_force_smoothed_distribution(epsilon, pad_token_id, loss_f
     assert count.item() == expected_count.item() == labels.ne(-100).sum().item()
 
 
-def test_epsilon_zero_equals_cross_entropy_sum_exactly():
+def test_epsilon_zero_equals_cross_entropy_sum():
     logits, labels = _batch()
-    loss, nll, _ = training_loss(logits, labels, epsilon=0.0)
     expected = F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1), reduction="sum")
-    assert torch.equal(loss, expected) and torch.equal(nll, expected)
+    loss, nll, _ = label_smoothed_cross_entropy(logits, labels, epsilon=0.0)
+    assert torch.equal(loss, expected) and torch.equal(nll, expected)  # the model's function: exactly
+    loss, nll, _ = training_loss(logits, labels, epsilon=0.0)
+    torch.testing.assert_close((loss, nll), (expected, expected))
 
 
 @BOTH
@@ -95,52 +103,52 @@ def test_ignored_positions_with_infinite_logits_do_not_poison_the_sum_or_the_gra
     logits[0, -1, 0] = 0.0
     logits.requires_grad_()
     loss, nll, _ = loss_function(logits, labels, 0.1)
-    (loss + nll).backward()
+    (loss + nll if nll.requires_grad else loss).backward()
     assert torch.isfinite(loss) and torch.isfinite(nll) and torch.isfinite(logits.grad).all()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("autocast", [False, True])
 @pytest.mark.parametrize("pad_token_id", [None, PAD])
-def test_blockwise_training_loss_equals_the_models_loss_in_value_and_gradient(monkeypatch, dtype, pad_token_id):
-    """Blocks of 3 rows over 4 x 9 positions: several blocks and a short last one. Both outputs carry gradient."""
+def test_the_loss_with_the_projection_inside_equals_the_models_loss_on_its_logits_in_value_and_gradient(
+        monkeypatch, autocast, pad_token_id, with_bias):
+    """Blocks of 3 rows over the counted ones of 4 x 9 positions: several blocks and a short last one. Under bfloat16
+    autocast both compute the projection in bfloat16 and the softmax in float32."""
     monkeypatch.setattr(recipe_loss, "BLOCK_ELEMENTS", 3 * VOCAB)
-    logits, labels = _batch(seed=6, shape=(4, 9), dtype=dtype)
+    generator = torch.Generator().manual_seed(6)
+    hidden = torch.randn(4, 9, 5, generator=generator)
+    weight = torch.randn(VOCAB, 5, generator=generator)
+    bias = torch.randn(VOCAB, generator=generator) if with_bias else None
+    _, labels = _batch(seed=6, shape=(4, 9))
     labels[1, 0] = PAD
-    blockwise, reference = logits.clone().requires_grad_(), logits.clone().requires_grad_()
-    loss, nll, count = blockwise_label_smoothed_cross_entropy(blockwise, labels, 0.1, pad_token_id=pad_token_id)
-    expected_loss, expected_nll, expected_count = label_smoothed_cross_entropy(reference, labels, 0.1,
-                                                                              pad_token_id=pad_token_id)
-    (0.7 * loss + 0.3 * nll).backward()
-    (0.7 * expected_loss + 0.3 * expected_nll).backward()
-    torch.testing.assert_close(loss, expected_loss)
-    torch.testing.assert_close(nll, expected_nll)
-    assert count.item() == expected_count.item()
-    assert blockwise.grad.dtype == dtype  # the gradient comes back in the logits' dtype (bf16 under autocast)
-    torch.testing.assert_close(blockwise.grad.float(), reference.grad.float(), rtol=1e-2 if dtype == torch.bfloat16
-                               else 1.3e-6, atol=1e-5)
+    ours = [hidden.clone().requires_grad_(), weight.clone().requires_grad_()]
+    theirs = [hidden.clone().requires_grad_(), weight.clone().requires_grad_()]
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss, nll, count = projected_label_smoothed_cross_entropy(*ours, labels, 0.1, pad_token_id=pad_token_id,
+                                                                  bias=bias)
+        logits = F.linear(*theirs) + (bias if with_bias else 0)
+        expected_loss, expected_nll, expected_count = label_smoothed_cross_entropy(logits, labels, 0.1,
+                                                                                  pad_token_id=pad_token_id)
+    loss.backward()
+    expected_loss.backward()
+    tolerance = dict(rtol=2e-2, atol=2e-2) if autocast else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close((loss, nll), (expected_loss, expected_nll), **tolerance)
+    assert count.item() == expected_count.item() and not nll.requires_grad
+    for mine, reference in zip(ours, theirs):
+        assert mine.grad.dtype == reference.grad.dtype == torch.float32
+        torch.testing.assert_close(mine.grad, reference.grad, **tolerance)
 
 
-@pytest.mark.parametrize("epsilon,blockwise", [(0.1, True), (0.0, False)])
-def test_the_training_loss_is_computed_block_by_block_on_cpu_when_smoothing(monkeypatch, epsilon, blockwise):
-    calls = []
-
-    def recorded(*args, **kwargs):
-        calls.append(args)
-        return blockwise_label_smoothed_cross_entropy(*args, **kwargs)
-
-    monkeypatch.setattr(recipe_loss, "blockwise_label_smoothed_cross_entropy", recorded)
-    logits, labels = _batch(seed=8)
-    torch.testing.assert_close(training_loss(logits, labels, epsilon, pad_token_id=PAD),
-                               label_smoothed_cross_entropy(logits, labels, epsilon, pad_token_id=PAD))
-    assert len(calls) == blockwise
-
-
-def test_training_loss_of_float32_logits_leaves_the_logits_unchanged():
-    logits, labels = _batch(seed=7)
-    before = logits.clone()
-    logits.requires_grad_()
-    training_loss(logits, labels, 0.1, pad_token_id=PAD)[0].backward()
-    assert torch.equal(logits.detach(), before)
+def test_the_projected_loss_skips_ignored_rows_and_refuses_a_bias_with_a_gradient():
+    hidden, weight = torch.randn(2, 3, 4), torch.randn(VOCAB, 4)
+    labels = torch.tensor([[2, -100, -100], [-100, -100, -100]])
+    hidden.requires_grad_()
+    loss, _, count = projected_label_smoothed_cross_entropy(hidden, weight, labels, 0.1)
+    loss.backward()
+    assert count.item() == 1 and torch.all(hidden.grad[labels == -100] == 0)
+    with pytest.raises(ValueError, match="bias must be fixed"):
+        projected_label_smoothed_cross_entropy(hidden, weight, labels, 0.1, bias=torch.zeros(VOCAB,
+                                                                                             requires_grad=True))
 
 
 def test_sum_over_half_batches_divided_by_total_tokens_equals_full_batch_mean():

@@ -32,7 +32,7 @@ if str(TESTS_DIR) not in sys.path:
 from trainer_helpers import common  # noqa: E402
 from trainer_helpers.common import PER_DEVICE_BATCH  # noqa: E402
 
-from vaswani_mt.recipe.loss import training_loss  # noqa: E402
+from vaswani_mt.model.modeling_vaswani import label_smoothed_cross_entropy  # noqa: E402
 from vaswani_mt.recipe.schedule import NoamLR, noam_lr  # noqa: E402
 from vaswani_mt.recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments, bleu_chrf_metrics  # noqa: E402
 
@@ -145,7 +145,7 @@ def test_logged_loss_and_gradient_are_the_label_smoothed_loss_summed_over_the_ba
     model = common.make_model(seed=0).train()
     batch = common.pad_collator(examples)
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).logits
-    loss_sum, _, num_tokens = training_loss(logits, batch["labels"], epsilon=0.1, pad_token_id=0)
+    loss_sum, _, num_tokens = label_smoothed_cross_entropy(logits, batch["labels"], epsilon=0.1, pad_token_id=0)
     loss = loss_sum / num_tokens
     loss.backward()
     grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}

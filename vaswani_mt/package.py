@@ -5,6 +5,7 @@ model card in `VaswaniTrainer`'s Hub pushes. `vaswani_mt/__init__.py` imports th
 transformers).
 """
 
+import torch
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from .data.batching import TokenBudgetBatchSampler, padding_stats
@@ -29,6 +30,12 @@ from .recipe.run import train_run
 from .recipe.schedule import NoamLR, make_adam, noam_curve, noam_lr
 from .recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments
 from .run_record import RunRecord
+
+# Floats below float32's normal range (~1e-38) are flushed to 0: a softmax over a vocabulary whose probabilities fall
+# that low, as a trained model's do, runs 6x slower on a CPU otherwise (docs/speed.md). It holds per thread: set here,
+# before torch's worker threads start, they inherit it (a program that ran torch in parallel before importing vaswani_mt
+# keeps it on its main thread only).
+torch.set_flush_denormal(True)
 
 AutoConfig.register(VaswaniConfig.model_type, VaswaniConfig, exist_ok=True)
 AutoModel.register(VaswaniConfig, VaswaniModel, exist_ok=True)

@@ -1,10 +1,11 @@
-"""The training loss: label-smoothed cross-entropy (Vaswani et al. 2017, §5.4: ε_ls = 0.1), computed block by
-block on CPU.
+"""The training loss: label-smoothed cross-entropy (Vaswani et al. 2017, §5.4: ε_ls = 0.1), with the output
+projection inside it on CPU.
 
 The loss itself is the model's `label_smoothed_cross_entropy` (`vaswani_mt.model.modeling_vaswani`, one
-``log_softmax`` of the whole logits). This module holds the same function computed block by block of rows
-(:func:`blockwise_label_smoothed_cross_entropy`, for CPU) and :func:`training_loss`, the one place that picks
-between the two for `VaswaniTrainer`. Below: the formulation both compute, and why the block-wise kernel exists.
+``log_softmax`` of the whole logits). This module holds the same function with the output projection (§3.4)
+computed inside it, block by block of rows (:func:`projected_label_smoothed_cross_entropy`, for CPU), and the way
+`VaswaniTrainer` hands it the decoder's hidden states instead of logits (:func:`output_projection_in_the_loss`).
+Below: the formulation both compute, and why the projected kernel exists.
 
 Formulation
 -----------
@@ -51,64 +52,95 @@ Relation to other implementations
 * ``nll_sum`` (the unsmoothed negative log-likelihood) is returned as well, because perplexity
   should be reported from it, not from the smoothed loss.
 
-Memory on CPU
--------------
-The model's function takes a float32 ``log_softmax`` of the whole ``[tokens, V]`` logits; autograd then keeps it,
-zero-fills two more ``[tokens, V]`` gradients (``nll_loss`` and the pad column) and casts the result back to bfloat16
-under autocast: 164 MB per tensor at a 10,000-token vocabulary and 4,096-token batches, several times that with a WMT
-vocabulary. The block-wise kernel computes the same sums and their gradient ``p - q`` block by block of rows, straight
-from the logits as they come (bfloat16 under autocast), and recomputes the float32 probabilities backward instead of
-keeping them. When it was written it took the peak memory of a CPU training process on Multi30k batches from 2.77 GB
-to 2.04 GB at the same speed (2-core AMD EPYC, `mini` shape; ``scripts/bench_training.py --loss training``).
-:func:`training_loss` uses it on CPU with ε > 0; elsewhere (CUDA, ``torch.compile``, ε = 0) the model's function runs
-as it is.
+The output projection in the loss, on CPU
+-----------------------------------------
+The loss needs the logits only row by row: their softmax, the target's, the pad class's and their sum. Computing
+``[tokens, V]`` logits first (164 MB of float32 at a 10,000-token vocabulary and 4,096-token batches, several times
+that with a WMT vocabulary), keeping them for the backward pass and making a gradient of the same size costs a
+CPU more in memory traffic than in arithmetic. :func:`projected_label_smoothed_cross_entropy` takes the decoder's
+final hidden states and the output projection's weight (§3.4; the shared embedding) instead, and for each block of
+rows that count (padding positions are skipped: no logits are computed for them) computes the block's logits, the
+loss and its gradient ``p - q`` at once, and turns the gradient straight into the gradients of the hidden states
+and the weight, while the block is in cache. The backward pass only scales them. The matrix products run in the
+autocast dtype (bfloat16 under `training.bf16`), the softmax and the sums in float32, as before.
+``log_softmax`` is not needed: ``log Σ exp`` comes from the softmax's largest probability, which is at least 1/V
+and so never underflows. `VaswaniTrainer` computes its training loss so on CPU (`output_projection_in_the_loss`);
+elsewhere (CUDA, ``torch.compile``) the model's function runs on the model's logits.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
+from torch import nn
 
-from ..model.modeling_vaswani import check_loss_arguments, label_smoothed_cross_entropy
+from ..model.modeling_vaswani import VaswaniForConditionalGeneration, check_loss_arguments
 
-__all__ = ["blockwise_label_smoothed_cross_entropy", "training_loss"]
+__all__ = ["output_projection_in_the_loss", "projected_label_smoothed_cross_entropy", "projects_in_the_loss"]
 
 # Rows per block: 64 rows of a 10,000-token vocabulary are 2.5 MB of float32, the size of a core's L2 and L3 share.
 BLOCK_ELEMENTS = 64 * 10_000
 
 
-def training_loss(
-    logits: torch.Tensor,
+def projects_in_the_loss(model: nn.Module, device: torch.device, compiled: bool) -> bool:
+    """Whether `VaswaniTrainer` computes `model`'s output projection inside the training loss: our model, on CPU,
+    not compiled."""
+    return isinstance(model, VaswaniForConditionalGeneration) and device.type == "cpu" and not compiled
+
+
+class _HiddenStatesOut(nn.Module):
+    """Stands in for the output projection: its input comes out as the model's `logits`."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return hidden_states
+
+
+@contextlib.contextmanager
+def output_projection_in_the_loss(model: VaswaniForConditionalGeneration) -> Iterator[tuple]:
+    """While inside, the model (itself, or through the DDP wrapper around it) returns the decoder's final hidden
+    states as its `logits`; yields the output projection's weight and the model's fixed `final_logits_bias` (or
+    None), for :func:`projected_label_smoothed_cross_entropy`. The weight stays where it is: tied, it is the
+    embedding the stacks use."""
+    head, bias = model.lm_head, model.final_logits_bias
+    model.lm_head, model.final_logits_bias = _HiddenStatesOut(), None
+    try:
+        yield head.weight, bias
+    finally:
+        model.lm_head, model.final_logits_bias = head, bias
+
+
+def projected_label_smoothed_cross_entropy(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
     labels: torch.Tensor,
     epsilon: float = 0.1,
     ignore_index: int = -100,
     pad_token_id: int | None = None,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(loss_sum, nll_sum, num_tokens)`` of `label_smoothed_cross_entropy` (same arguments and errors), as
-    `VaswaniTrainer` computes it: block by block on CPU when ε > 0, the model's function as it is elsewhere."""
-    blockwise = epsilon > 0.0 and logits.device.type == "cpu" and not torch.compiler.is_compiling()
-    loss = blockwise_label_smoothed_cross_entropy if blockwise else label_smoothed_cross_entropy
-    return loss(logits, labels, epsilon, ignore_index=ignore_index, pad_token_id=pad_token_id)
-
-
-def blockwise_label_smoothed_cross_entropy(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    epsilon: float = 0.1,
-    ignore_index: int = -100,
-    pad_token_id: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The model's `label_smoothed_cross_entropy` (arguments, results, errors), computed block by block of rows of
-    CPU logits without keeping ``[tokens, V]`` float32 tensors for the backward pass (module docstring)."""
-    check_loss_arguments(logits, labels, epsilon, pad_token_id)
-    vocab_size = logits.shape[-1]
+    """``label_smoothed_cross_entropy(hidden_states @ weight.T + bias, labels, ...)``: the same results and errors,
+    with the output projection computed inside the loss, block by block (module docstring). `hidden_states`:
+    ``[..., d_model]``, `weight`: ``[V, d_model]``, `bias`: a fixed ``[V]`` (or ``[1, V]``) bias without gradient.
+    ``nll_sum`` carries no gradient."""
+    if bias is not None and bias.requires_grad:
+        raise ValueError("bias must be fixed (a buffer such as final_logits_bias): its gradient is not computed")
+    vocab_size = weight.shape[0]
+    if hidden_states.shape[:-1] != labels.shape or hidden_states.shape[-1] != weight.shape[1]:
+        raise ValueError(f"hidden_states must have shape labels.shape + (d_model,) and weight (vocab_size, d_model); "
+                         f"got {tuple(hidden_states.shape)}, {tuple(labels.shape)} and {tuple(weight.shape)}")
+    check_loss_arguments(labels.new_empty((*labels.shape, vocab_size), dtype=torch.float32), labels, epsilon,
+                         pad_token_id)
     targets = labels.reshape(-1)
     counted = targets != ignore_index
     if pad_token_id is not None:
         counted &= targets != pad_token_id
     delta = epsilon / (vocab_size - (2 if pad_token_id is not None else 1))
-    safe_targets = targets.masked_fill(~counted, 0)  # ignored rows read column 0 and are masked out
-    loss_sum, nll_sum = _BlockwiseSmoothedCrossEntropy.apply(
-        logits.reshape(-1, vocab_size), safe_targets, counted, epsilon, delta, pad_token_id)
+    compute = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else hidden_states.dtype
+    loss_sum, nll_sum = _ProjectedSmoothedCrossEntropy.apply(
+        hidden_states, weight, None if bias is None else bias.reshape(-1), targets, counted, epsilon, delta,
+        pad_token_id, compute)
     return loss_sum, nll_sum, counted.sum()
 
 
@@ -117,47 +149,61 @@ def _row_blocks(rows: int, vocab_size: int):
     return (slice(start, min(start + step, rows)) for start in range(0, rows, step))
 
 
-class _BlockwiseSmoothedCrossEntropy(torch.autograd.Function):
-    """Per counted row, with p = softmax(logits): ``nll = -log p_y``,
-    ``loss = (1 - ε - δ) nll + δ Σ_c -log p_c - δ (-log p_pad)``, and
-    ``d loss / d logits = p - q`` (q: 1 - ε on y, δ elsewhere, 0 on pad), ``d nll / d logits = p - onehot(y)``.
-    (log_)softmax, not exp: torch.exp on CPU is an order of magnitude slower where its results fall below float32's
-    normal range, as most of a trained model's probabilities do (docs/speed.md)."""
+class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
+    """Per counted row, with z = h W^T + b and p = softmax(z): ``nll = lse - z_y``,
+    ``loss = (1 - ε - δ) nll + δ (V lse - Σ_c z_c) - δ (lse - z_pad)``, and ``d loss / d z = p - q`` (q: 1 - ε on y,
+    δ elsewhere, 0 on pad), so ``d loss / d h = (p - q) W`` and ``d loss / d W = (p - q)^T h``, computed in the
+    forward pass block by block and scaled by the incoming gradient in the backward pass."""
 
     @staticmethod
-    def forward(ctx, logits, targets, counted, epsilon, delta, pad_token_id):
-        rows, vocab_size = logits.shape
-        target_log_prob = torch.empty(rows, dtype=torch.float32)
-        sum_log_probs = torch.empty(rows, dtype=torch.float32)
-        pad_log_prob = torch.zeros(rows, dtype=torch.float32)
-        for block in _row_blocks(rows, vocab_size):
-            log_probs = torch.log_softmax(logits[block], dim=-1, dtype=torch.float32)
-            target_log_prob[block] = log_probs.gather(1, targets[block, None]).squeeze(1)
-            torch.sum(log_probs, dim=-1, out=sum_log_probs[block])
-            if pad_token_id is not None:
-                pad_log_prob[block] = log_probs[:, pad_token_id]
-        nll_rows = -target_log_prob
-        loss_rows = (1.0 - epsilon - delta) * nll_rows - delta * (sum_log_probs - pad_log_prob)
-        # where (not multiplication by the mask): ignored rows may hold infinite logits.
-        zero = torch.zeros((), dtype=torch.float32)
-        ctx.save_for_backward(logits, targets, counted)
-        ctx.epsilon, ctx.delta, ctx.pad_token_id = epsilon, delta, pad_token_id
-        return torch.where(counted, loss_rows, zero).sum(), torch.where(counted, nll_rows, zero).sum()
+    def forward(ctx, hidden_states, weight, bias, targets, counted, epsilon, delta, pad_token_id, compute):
+        d_model, vocab_size = weight.shape[1], weight.shape[0]
+        rows = counted.nonzero().squeeze(1)
+        with torch.autocast("cpu", enabled=False):
+            hidden = hidden_states.reshape(-1, d_model).index_select(0, rows).to(compute)
+            weights, wanted = weight.to(compute), targets.index_select(0, rows)
+            columns = weights.t().contiguous()  # [d_model, V]: MKL multiplies by it faster than by a transposed view
+            grad_hidden = torch.empty(len(rows), d_model, dtype=torch.float32)
+            grad_weight = torch.zeros(vocab_size, d_model, dtype=torch.float32)
+            loss_sum = torch.zeros((), dtype=torch.float32)
+            nll_sum = torch.zeros((), dtype=torch.float32)
+            for block in _row_blocks(len(rows), vocab_size):
+                logits = torch.mm(hidden[block], columns)
+                if bias is not None:
+                    logits = logits + bias.to(compute)
+                nll, loss, grad = _block(logits, wanted[block, None], epsilon, delta, pad_token_id)
+                nll_sum += nll
+                loss_sum += loss
+                if compute == torch.float32:  # both gradients straight into their tensors
+                    torch.mm(grad, weights, out=grad_hidden[block])
+                    grad_weight.addmm_(grad.t(), hidden[block])
+                else:  # a product of bfloat16 comes out in bfloat16: added to the float32 gradients
+                    grad = grad.to(compute)
+                    grad_hidden[block] = torch.mm(grad, weights)
+                    grad_weight += torch.mm(grad.t(), hidden[block])
+        ctx.save_for_backward(grad_hidden, grad_weight, rows)
+        ctx.hidden_shape, ctx.hidden_dtype = hidden_states.shape, hidden_states.dtype
+        ctx.mark_non_differentiable(nll_sum)
+        return loss_sum, nll_sum
 
     @staticmethod
     def backward(ctx, grad_loss, grad_nll):
-        logits, targets, counted = ctx.saved_tensors
-        zero = torch.zeros((), dtype=torch.float32)
-        grad_loss = zero if grad_loss is None else grad_loss.float()
-        grad_nll = zero if grad_nll is None else grad_nll.float()
-        scale = torch.where(counted, grad_loss + grad_nll, zero)[:, None]  # times p
-        shift = torch.where(counted, grad_loss * ctx.delta, zero)[:, None]  # δ on every class ...
-        at_target = torch.where(counted, grad_loss * (1.0 - ctx.epsilon - ctx.delta) + grad_nll, zero)[:, None]
-        grad = torch.empty_like(logits)
-        for block in _row_blocks(*logits.shape):
-            g = torch.softmax(logits[block], dim=-1, dtype=torch.float32).mul_(scale[block]).sub_(shift[block])
-            g.scatter_add_(1, targets[block, None], -at_target[block])
-            if ctx.pad_token_id is not None:
-                g[:, ctx.pad_token_id] += shift[block, 0]  # ... but none on padding
-            grad[block] = g
-        return grad, None, None, None, None, None
+        grad_hidden_rows, grad_weight, rows = ctx.saved_tensors
+        scale = grad_loss.float()
+        grad_hidden = torch.zeros(ctx.hidden_shape[:-1].numel(), ctx.hidden_shape[-1], dtype=torch.float32)
+        grad_hidden.index_copy_(0, rows, grad_hidden_rows * scale)
+        return (grad_hidden.view(ctx.hidden_shape).to(ctx.hidden_dtype), grad_weight * scale, None, None, None, None,
+                None, None, None)
+
+
+def _block(logits, target, epsilon, delta, pad_token_id) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(Σ nll, Σ loss, ``p - q`` in float32) of a block of logits (the class docstring's formulas)."""
+    grad = torch.softmax(logits, 1, dtype=torch.float32)
+    log_sum_exp = logits.amax(1).float() - grad.amax(1).log()  # the largest p is at least 1/V: no underflow
+    nll = log_sum_exp - logits.gather(1, target).squeeze(1).float()
+    loss = (1.0 - epsilon - delta) * nll + delta * (logits.shape[1] * log_sum_exp - logits.sum(1, dtype=torch.float32))
+    grad.sub_(delta).scatter_add_(1, target, grad.new_full(target.shape, -(1.0 - epsilon - delta)))
+    if pad_token_id is not None:
+        loss = loss - delta * (log_sum_exp - logits[:, pad_token_id].float())
+        grad[:, pad_token_id] += delta
+    return nll.sum(), loss.sum(), grad

@@ -41,12 +41,13 @@ from ..files import (  # noqa: F401
     writing,
 )
 from ..metrics import corpus_scores
+from ..model.modeling_vaswani import label_smoothed_cross_entropy
 from ..model.pipeline_vaswani import save_for_pipeline
 from ..precision import choose_bf16
 from ..run_record import RunRecord
 from .budget import BudgetPlanner
 from .config import TrainingConfig
-from .loss import training_loss
+from .loss import output_projection_in_the_loss, projected_label_smoothed_cross_entropy, projects_in_the_loss
 from .processes import UpdateBatch
 from .rules import cooldown_problem, setting_problem
 from .schedule import NoamLR, cooldown_length, make_adam
@@ -303,15 +304,24 @@ class VaswaniTrainer(Seq2SeqTrainer):
         token-weighted across batches)."""
         inputs = dict(inputs)
         labels = inputs.pop("labels")
+        unwrapped = self.accelerator.unwrap_model(model)
         if "decoder_input_ids" not in inputs:
-            inputs["decoder_input_ids"] = self.accelerator.unwrap_model(model).prepare_decoder_input_ids_from_labels(
-                labels)
+            inputs["decoder_input_ids"] = unwrapped.prepare_decoder_input_ids_from_labels(labels)
         if self.args.torch_compile:
             _any_shape(inputs)
-        outputs = model(**inputs, use_cache=False)
         epsilon = self.args.label_smoothing if model.training else 0.0
-        pad_token_id = self.accelerator.unwrap_model(model).config.pad_token_id
-        loss_sum, _, num_tokens = training_loss(outputs.logits, labels, epsilon=epsilon, pad_token_id=pad_token_id)
+        pad_token_id = unwrapped.config.pad_token_id
+        if model.training and not return_outputs and projects_in_the_loss(unwrapped, labels.device,
+                                                                           self.args.torch_compile):
+            with output_projection_in_the_loss(unwrapped) as (weight, bias):  # no [tokens, V] logits (recipe/loss)
+                hidden_states = model(**inputs, use_cache=False).logits
+            loss_sum, _, num_tokens = projected_label_smoothed_cross_entropy(
+                hidden_states, weight, labels, epsilon=epsilon, pad_token_id=pad_token_id, bias=bias)
+            outputs = None
+        else:
+            outputs = model(**inputs, use_cache=False)
+            loss_sum, _, num_tokens = label_smoothed_cross_entropy(outputs.logits, labels, epsilon=epsilon,
+                                                                   pad_token_id=pad_token_id)
         if model.training:
             self._target_tokens_since_log += int(num_tokens)
         if num_items_in_batch is None:
