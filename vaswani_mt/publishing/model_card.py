@@ -180,7 +180,7 @@ def render_card(record: RunRecord, repo_id: str | None = None, license: str | No
         cleaning=_cleaning_rows(record.data),
         recipe=_recipe_rows(config.get("training") or {}, data.get("valid_subset"),
                             record.training.steps if record.training else None,
-                            record.training.precision if record.training else None,
+                            _precision(record.training),
                             record.training.gradient_accumulation_steps if record.training else None),
         run=_run_rows(record.training, record.command),
         max_positions=model_config.get("max_position_embeddings"),
@@ -308,6 +308,16 @@ def _cooldown(t, updates: int | None) -> str:
     end = t["max_steps"]
     text = f"; then a linear fall to 0 over updates {end - t['cooldown_steps'] + 1:,}-{end:,} (not in the paper)"
     return text + (f", but the run stopped at update {updates:,}" if updates is not None and updates < end else "")
+
+
+def _precision(training) -> str | None:
+    """What the run computed in and why (the record's), and how many updates float16's loss scaling skipped."""
+    if training is None or not training.precision:
+        return None
+    if training.skipped_updates is None:
+        return training.precision
+    return (f"{training.precision}; {training.skipped_updates:,} of {training.steps or 0:,} updates skipped (their "
+            "gradients overflowed in float16)")
 
 
 def _recipe_rows(t, subset: int | None = None, updates: int | None = None, precision: str | None = None,
