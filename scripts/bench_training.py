@@ -186,8 +186,9 @@ def main(argv=None) -> int:
     tokens = int(batch["labels"].numel())
     print(f"CPU {Hardware.of_this_machine().cpu}; loss {args.loss}; malloc {args.malloc}", file=sys.stderr)
     native, why = native_bf16("cpu")
-    if "bf16" in precisions:  # what `training.bf16: auto` would choose here, beside the bf16 figures
-        print(f"bf16: {why}" + ("" if native else " (training.bf16: auto trains in float32 here)"), file=sys.stderr)
+    if "bf16" in precisions:  # what `training.precision: auto` would choose here, beside the bf16 figures
+        print(f"bf16: {why}" + ("" if native else " (training.precision: auto trains in float32 here)"),
+              file=sys.stderr)
     print(f"shape {args.shape}; torch {torch.__version__}, {args.threads} threads; {PAIRS} pairs x {LENGTH} tokens = "
           f"{tokens} target tokens/step; {args.repetitions} repetitions x {args.steps} steps", file=sys.stderr)
     for run in systems.values():  # warm-up (allocates Adam state)

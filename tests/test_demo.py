@@ -256,6 +256,10 @@ def test_a_model_folder_loads_and_a_missing_one_or_an_unreachable_hub_id_is_one_
         load_demo_model("nobody/no-model", "cpu")  # HF_HUB_OFFLINE=1 (conftest): nothing is fetched
     with pytest.raises(DemoError, match="device 'cuda:7' cannot be used"):
         load_demo_model(str(tmp_path / "model"), "cuda:7")
+    if not torch.backends.mps.is_available():  # Apple's GPU where torch cannot use it: why, in one line
+        with pytest.raises(DemoError, match=r"^device 'mps' cannot be used: (this torch was built without MPS|MPS is "
+                                            r"not available on this machine) \([^\n]*\)$"):
+            load_demo_model(str(tmp_path / "model"), "mps")
 
 
 def test_without_gradio_the_demo_command_says_how_to_install_it(tmp_path):

@@ -33,7 +33,7 @@ def test_a_metrics_json_written_before_the_run_record_reads_into_typed_fields():
     expected = {key: value for key, value in EARLIER_METRICS.items() if key != "a_key_of_a_later_version"}
     written = record.to_json()
     written["training"]["hardware"] = {k: v for k, v in written["training"]["hardware"].items() if v is not None}
-    for figure in ("precision", "gradient_accumulation_steps", "time_budget"):  # recorded since: unknown here
+    for figure in ("precision", "gradient_accumulation_steps", "skipped_updates", "time_budget"):  # recorded since
         assert written["training"].pop(figure) is None
     assert written == expected  # the same file comes back out, unknown keys dropped
 

@@ -160,8 +160,9 @@ def test_a_run_with_a_budget_of_a_minute_ends_within_it_with_its_rate_at_zero(tm
     training = _record(run)["training"]
     plan = training["time_budget"]
     assert seconds <= 60 and plan["run_minutes"] <= 1, (seconds, plan)
-    assert plan["updates"] == training["steps"] and plan["cooldown_from"] == training["steps"] - round(
-        0.2 * training["steps"])
+    # the rate falls over the last 20 % of the updates (later, if a slower machine shortened the fall on the way)
+    assert plan["updates"] == training["steps"]
+    assert training["steps"] - round(0.2 * training["steps"]) <= plan["cooldown_from"] < training["steps"]
     rates = _rates(run)
     assert rates[training["steps"]] == 0.0 and rates[plan["cooldown_from"]] > 0
     assert "updates planned at update 0 (first plan, from a probe of this machine)" in (run / "train.log").read_text()

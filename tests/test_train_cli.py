@@ -300,9 +300,41 @@ def test_train_ends_with_a_summary_on_stderr_and_leaves_stdout_empty(reference_o
 def test_the_run_says_what_precision_it_trained_in_and_why_in_its_log_record_and_card(reference_output):
     run_dir = reference_output.run_dir
     precision = json.loads((run_dir / "metrics.json").read_text())["training"]["precision"]
-    assert precision == "float32 (training.bf16 is false)"
+    assert precision == "float32 (training.precision is fp32)"
     assert precision in (run_dir / "train.log").read_text()
     assert f"| Precision | {precision} |" in render_model_card(run_dir)
+
+
+def test_a_precision_apples_gpu_cannot_run_is_refused_in_one_line_before_any_work(tmp_path, small_corpus, capsys,
+                                                                                   monkeypatch, restore_logging):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr("torch.backends.mps.is_built", lambda: True)
+    monkeypatch.setattr("torch.backends.mps.is_available", lambda: True)  # a Mac, with a torch too old for fp16 there
+    monkeypatch.setattr("torch.__version__", "2.7.1")
+    assert train_main(["--config", str(tiny_config(tmp_path, small_corpus, precision="fp16"))]) == 2
+    assert capsys.readouterr().err.endswith(
+        "vaswani-mt train: error: training.precision fp16 on Apple's GPU (MPS) needs torch 2.8 or later for float16 "
+        "(its GradScaler); this is torch 2.7.1\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_forced_to_float16_records_its_skipped_updates_in_its_record_and_card(tmp_path, small_corpus):
+    """`--training.fp16 true` (transformers' name) on the CPU: float16 autocast with a grad scaler, the loss scale
+    and skipped updates at each logging step, their sum in metrics.json and the card."""
+    config = tiny_config(tmp_path, small_corpus, max_steps=4, eval_steps=4, average_last=1)
+    result = run_train("--config", str(config), "--training.fp16", "true")
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    training = json.loads((run_dir / "metrics.json").read_text())["training"]
+    assert training["precision"] == "float16 autocast with dynamic loss scaling (training.precision is fp16)"
+    assert "on the CPU: float16 with loss scaling pays on GPUs" in result.stderr  # the warning of its cost
+    history = json.loads((run_dir / "log_history.json").read_text())
+    logged = [entry for entry in history if "loss" in entry]
+    assert [entry["step"] for entry in logged] == [1, 2, 4] and all("loss_scale" in entry for entry in logged)
+    assert training["skipped_updates"] == sum(entry.get("skipped_updates", 0) for entry in history)
+    assert (f"| Precision | {training['precision']}; {training['skipped_updates']} of 4 updates skipped (their "
+            "gradients overflowed in float16) |") in render_model_card(run_dir)
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["training"]["precision"] == "fp16"
 
 
 def test_the_files_of_a_run_follow_the_umask(reference_run):
@@ -503,7 +535,7 @@ def test_every_training_setting_of_the_config_reaches_the_trainers_arguments_and
     arguments = {f.name for f in dataclasses.fields(VaswaniTrainingArguments)}
     shared = [f.name for f in dataclasses.fields(TrainingConfig) if f.name in arguments]
     assert {"warmup_steps", "noam_factor", "label_smoothing", "max_grad_norm", "seed", "cooldown_steps",
-            "max_tokens", "bf16", "torch_compile"} <= set(shared)
+            "max_tokens", "torch_compile"} <= set(shared)
     for key in shared:
         assert getattr(args, key) == getattr(training, key), key
     assert (args.max_steps, args.save_steps, args.checkpoint_limit) == (40, training.eval_steps, 4)

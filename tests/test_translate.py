@@ -236,6 +236,29 @@ def test_an_unusable_device_is_refused_in_one_line(model_dir, capsys, device):
     assert err.startswith(f"vaswani-mt translate: error: device {device!r} cannot be used") and err.count("\n") == 1
 
 
+def test_apples_gpu_where_torch_cannot_use_it_is_refused_in_one_line_naming_why(model_dir, capsys, monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: False)
+    assert main([str(model_dir), "--input", os.devnull, "--device", "mps"]) == 1
+    assert capsys.readouterr().err == ("vaswani-mt translate: error: device 'mps' cannot be used: this torch was built "
+                                       "without MPS (Apple's GPUs: torch for macOS on Apple silicon)\n")
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert main([str(model_dir), "--input", os.devnull, "--device", "mps"]) == 1
+    assert "MPS is not available on this machine" in capsys.readouterr().err
+
+
+def test_translate_and_the_demo_use_apples_gpu_by_default_where_there_is_no_cuda(monkeypatch):
+    from vaswani_mt.inference.translate import usable_device
+
+    placed = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch, "empty", lambda *args, device=None, **kwargs: placed.append(device))  # a Mac's GPU
+    assert usable_device(None) == "mps" and placed == ["mps"]
+    assert usable_device("cpu") == "cpu"
+
+
 def test_a_full_disk_is_reported_with_the_output_file(model_dir, tmp_path, capsys, monkeypatch):
     import errno
 

@@ -1,15 +1,28 @@
-"""Where bfloat16 pays: on a CUDA device that supports it, and on a CPU that multiplies bfloat16 natively (AVX512-BF16
-or AMX). Elsewhere torch multiplies bfloat16 matrices in a generic fallback: on an AMD EPYC with AVX2 only,
-`vaswani-mt train --config multi30k-en-de --quick` trained at 200-224 target tokens/s in bfloat16 autocast against
-2,700-2,900 in float32, the same losses (docs/model.md).
+"""The device a run computes on by default, and the precision that pays there, with the reason in words.
 
-`training.bf16: auto` (the shipped configs) asks `choose_bf16`; `true` on a CPU without native bfloat16 is kept, with
-one warning that says what it costs.
+`training.precision` (the run config) is one of `PRECISIONS`; `choose_precision` says what it means on a device:
+
+* `auto` (the shipped configs): bfloat16 autocast where the device multiplies bfloat16 natively (a CPU with
+  AVX512-BF16 or AMX, aarch64 with `bf16`; an NVIDIA GPU of compute capability 8.0 or later); float16 autocast with
+  dynamic loss scaling on an NVIDIA GPU without it whose float16 is fast (T4 and V100: tensor cores, 7.x; P100,
+  6.0: twice float32's rate); float32 elsewhere (a CPU without native bfloat16, Pascal GPUs of capability 6.1 whose
+  float16 runs at 1/64 of float32's rate, Apple's GPUs: below).
+* `bf16`, `fp16`, `fp32`: that precision, with one warning where it does not pay, or a `PrecisionError` (one line
+  naming what is missing) where it cannot run.
+
+Apple's GPUs (MPS): `auto` trains in float32 there. torch computes float16 autocast on MPS from 2.5 and its
+GradScaler works there from 2.8; bfloat16 autocast needs torch 2.6 and macOS 14, and M1/M2 emulate bfloat16 in float32
+(transformers' `is_torch_bf16_gpu_available`). Whether either pays for this model on a Mac was not measured (no Mac
+was at hand); float32 is the one that runs on every Mac, and `fp16` or `bf16` can be asked for.
+
+What bfloat16 costs on a CPU without it was measured per kind of CPU (`CpuKind`): the log line, `metrics.json` and
+the model card give the figure of the kind at hand, or none where none was measured.
 """
 
 from __future__ import annotations
 
 import logging
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,39 +30,134 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-BF16_SETTINGS = (True, False, "auto")
-# /proc/cpuinfo flags of the instruction sets that multiply bfloat16 natively
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # the values of training.precision
+DESCRIPTIONS = {"bf16": "bfloat16 autocast", "fp16": "float16 autocast with dynamic loss scaling", "fp32": "float32"}
+CPUINFO = Path("/proc/cpuinfo")
+# /proc/cpuinfo flags of the x86 instruction sets that multiply bfloat16 natively
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-SLOW_BF16 = "bfloat16 matrix products run about 13x slower than float32 there"
+# The first torch releases with each piece of mixed precision on Apple's GPUs (accelerate checks the same).
+MPS_FP16_TORCH = (2, 8)  # float16 autocast from 2.5, its GradScaler from 2.8
+MPS_BF16_TORCH, MPS_BF16_MACOS = (2, 6), (14, 0)
+
+
+class PrecisionError(ValueError):
+    """A precision the device cannot train in; the message names what is missing, in one line."""
 
 
 @dataclass(frozen=True)
-class Bf16Choice:
-    """Whether a run computes in bfloat16 autocast, and why (for the log, the run record and the model card)."""
+class PrecisionChoice:
+    """What a run computes in ("bf16", "fp16" or "fp32") and why (for the log, the run record and the model card)."""
 
-    enabled: bool
+    name: str
     reason: str
 
     def describe(self) -> str:
-        return f"{'bfloat16 autocast' if self.enabled else 'float32'} ({self.reason})"
+        return f"{DESCRIPTIONS[self.name]} ({self.reason})"
+
+    def trainer_flags(self) -> dict[str, bool]:
+        """transformers' `bf16` and `fp16` training arguments of this choice."""
+        return {"bf16": self.name == "bf16", "fp16": self.name == "fp16"}
 
 
-def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
-    """The native bfloat16 instruction sets of this CPU, from the kernel's flags; where the kernel does not list them
-    (not Linux), from torch's own checks of the CPU (`torch.cpu._is_avx512_bf16_supported`, private: used only
-    where present)."""
+@dataclass(frozen=True)
+class CpuKind:
+    """A kind of CPU as far as bfloat16 goes: whether it multiplies bfloat16 natively, that fact in words, and what
+    bfloat16 cost against float32 on a CPU of the kind (None: not measured)."""
+
+    native: bool
+    what: str
+    cost: str | None = None
+
+    def reason(self) -> str:
+        said = f"the CPU {self.what}"
+        if self.cost is not None:
+            return f"{said}: {self.cost}"
+        return said if self.native else f"{said}; what bfloat16 costs there was not measured"
+
+
+# The measured costs (the machines: docs/model.md). Native: `vaswani-mt train` updates on a 2-core AMD Zen 4 with
+# AVX512-BF16 and a 2-core Intel Xeon with AMX (docs/recipe.md).
+NATIVE_X86_COST = "bfloat16 autocast updates ran 1.4-1.65x faster than float32 on such CPUs"
+AVX512_WITHOUT_BF16 = CpuKind(False, "has AVX-512 but no native bfloat16 (no avx512_bf16 or amx_bf16)",
+                              "bfloat16 matrix products ran 2.0-2.7x slower than float32 on such a CPU (an Intel Xeon)")
+AVX2_OR_OLDER = CpuKind(False, "has no native bfloat16 (AVX2 or older: no avx512f, avx512_bf16 or amx_bf16)",
+                        "bfloat16 autocast trained about 13x slower than float32 on such a CPU (an AMD EPYC: 200-224 "
+                        "against 2,700-2,900 target tokens/s)")
+
+
+def cpu_kind() -> CpuKind:
+    """This CPU's kind, from the kernel's /proc/cpuinfo: x86 `flags` (avx512_bf16 or amx_bf16: native; avx512f
+    without them; AVX2 or older), aarch64 `Features` (`bf16`: native). Without either (not Linux, unreadable), torch's
+    own check of the CPU (`torch.cpu._is_avx512_bf16_supported`, private: used only where present)."""
     try:
-        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+        text = CPUINFO.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        text = None
-    if text is not None:
-        flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-        return [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
+        text = ""
+    fields = {}
+    for line in text.splitlines():
+        key, colon, value = line.partition(":")
+        if colon:
+            fields.setdefault(key.strip(), value.split())
+    if "flags" in fields:
+        native = [flag for flag in NATIVE_BF16_FLAGS if flag in fields["flags"]]
+        if native:
+            return CpuKind(True, f"multiplies bfloat16 natively ({', '.join(native)})", NATIVE_X86_COST)
+        return AVX512_WITHOUT_BF16 if "avx512f" in fields["flags"] else AVX2_OR_OLDER
+    if "Features" in fields:
+        if "bf16" in fields["Features"]:
+            return CpuKind(True, "multiplies bfloat16 natively (bf16 in its Features)")
+        return CpuKind(False, "has no native bfloat16 (no bf16 in its Features)")
     check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
     try:
-        return ["avx512_bf16"] if check is not None and check() else []
+        native = check is not None and bool(check())
     except RuntimeError:
-        return []
+        native = False
+    return CpuKind(native, "multiplies bfloat16 natively (torch's check: AVX512-BF16)" if native
+                   else "has no native bfloat16 that torch knows of")
+
+
+def default_device() -> str:
+    """Where train, translate and the demo compute unless told: "cuda" when a CUDA device is available, else "mps"
+    (Apple's GPU) when available, else "cpu"."""
+    if torch.cuda.is_available():
+        return "cuda"
+    return "mps" if mps_problem() is None else "cpu"
+
+
+def mps_problem() -> str | None:
+    """Why Apple's GPU (MPS) cannot be used here, or None."""
+    mps = getattr(torch.backends, "mps", None)
+    if mps is None or not mps.is_built():
+        return "this torch was built without MPS (Apple's GPUs: torch for macOS on Apple silicon)"
+    if not mps.is_available():
+        return "MPS is not available on this machine (torch.backends.mps.is_available() is False: not a Mac with " \
+               "Apple silicon, or its macOS is too old for this torch)"
+    return None
+
+
+def choose_precision(setting: str, device_type: str) -> PrecisionChoice:
+    """What `training.precision` = `setting` means on `device_type` ("cpu", "cuda", "mps"): "auto" is the precision
+    that pays there (module docstring); "bf16", "fp16" and "fp32" are kept, with one warning where they do not pay,
+    and `PrecisionError` where the device cannot train in them."""
+    if setting not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {setting!r}")
+    said = f"training.precision is {setting}"
+    if setting == "auto":
+        name, why = _paying(device_type)
+        return PrecisionChoice(name, f"{said}: {why}")
+    if setting == "fp32":
+        return PrecisionChoice("fp32", said)
+    if device_type == "mps":
+        _check_mps(setting)
+    if setting == "fp16":
+        if device_type == "cpu":
+            logger.warning("%s on the CPU: float16 with loss scaling pays on GPUs; training.precision: auto trains "
+                           "a CPU in bfloat16 where it is native, else in float32", said)
+        return PrecisionChoice("fp16", said)
+    native, why = native_bf16(device_type)
+    if not native:
+        logger.warning("%s, but %s; training.precision: auto would choose otherwise", said, why)
+    return PrecisionChoice("bf16", said + ("" if native else f", although {why}"))
 
 
 def native_bf16(device_type: str) -> tuple[bool, str]:
@@ -59,14 +167,28 @@ def native_bf16(device_type: str) -> tuple[bool, str]:
             return False, "no CUDA device"
         name = torch.cuda.get_device_name()
         if _cuda_bf16_native():
-            return True, f"{name} supports bfloat16"
-        return False, f"{name} has no bfloat16"
+            return True, f"{name} computes bfloat16 natively"
+        return False, f"{name} has no native bfloat16"
     if device_type == "cpu":
-        flags = cpu_bf16_flags()
-        if flags:
-            return True, f"the CPU multiplies bfloat16 natively ({', '.join(flags)})"
-        return False, f"the CPU has no native bfloat16 (no {' or '.join(NATIVE_BF16_FLAGS)}): {SLOW_BF16}"
+        kind = cpu_kind()
+        return kind.native, kind.reason()
+    if device_type == "mps":
+        return False, "Apple's GPU (MPS): M1 and M2 emulate bfloat16 in float32, and no speed was measured on one"
     return False, f"bfloat16 on {device_type} is not known to pay"
+
+
+def _paying(device_type: str) -> tuple[str, str]:
+    """("bf16" / "fp16" / "fp32", why) of `auto` on `device_type`."""
+    if device_type == "mps":
+        return "fp32", ("Apple's GPU (MPS): neither half precision was measured to pay there (training.precision "
+                        "fp16 or bf16 asks for one)")
+    native, why = native_bf16(device_type)
+    if native or device_type != "cuda" or not torch.cuda.is_available():
+        return ("bf16" if native else "fp32"), why
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) >= (7, 0) or (major, minor) in ((6, 0), (6, 2)):
+        return "fp16", f"{why} (compute capability {major}.{minor}), but fast float16"
+    return "fp32", f"{why} and no fast float16 (compute capability {major}.{minor})"
 
 
 def _cuda_bf16_native() -> bool:
@@ -77,19 +199,26 @@ def _cuda_bf16_native() -> bool:
         return torch.cuda.is_bf16_supported()
 
 
-def choose_bf16(setting: bool | str, device_type: str) -> Bf16Choice:
-    """What `training.bf16` = `setting` means on `device_type`: "auto" is bfloat16 where it is native, float32
-    elsewhere; True and False are kept, True with one warning where bfloat16 is not native."""
-    if setting not in BF16_SETTINGS:
-        raise ValueError(f"bf16 must be true, false or auto, got {setting!r}")
-    if setting is False:
-        return Bf16Choice(False, "training.bf16 is false")
-    native, why = native_bf16(device_type)
-    if setting == "auto":
-        return Bf16Choice(native, f"training.bf16 is auto: {why}")
-    if not native:
-        logger.warning("training.bf16 is true, but %s; training.bf16: auto would train in float32", why)
-    return Bf16Choice(True, "training.bf16 is true" + ("" if native else f", although {why}"))
+def _check_mps(setting: str) -> None:
+    """`PrecisionError` naming what mixed precision `setting` needs on Apple's GPU and this machine lacks."""
+    torch_version = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    needed = MPS_FP16_TORCH if setting == "fp16" else MPS_BF16_TORCH
+    what = "float16 (its GradScaler)" if setting == "fp16" else "bfloat16 autocast"
+    if torch_version < needed:
+        raise PrecisionError(f"training.precision {setting} on Apple's GPU (MPS) needs torch "
+                             f"{needed[0]}.{needed[1]} or later for {what}; this is torch {torch.__version__}")
+    if setting == "bf16" and not _macos_at_least(MPS_BF16_MACOS):
+        raise PrecisionError(f"training.precision bf16 on Apple's GPU (MPS) needs macOS {MPS_BF16_MACOS[0]} or "
+                             f"later; this is macOS {platform.mac_ver()[0] or 'unknown'}")
 
 
-__all__ = ["BF16_SETTINGS", "Bf16Choice", "choose_bf16", "cpu_bf16_flags", "native_bf16"]
+def _macos_at_least(version: tuple[int, int]) -> bool:
+    check = getattr(torch.backends.mps, "is_macos_or_newer", None)
+    if check is not None:
+        return bool(check(*version))
+    release = platform.mac_ver()[0]
+    return bool(release) and tuple(int(part) for part in release.split(".")[:2]) >= version
+
+
+__all__ = ["CpuKind", "PRECISIONS", "PrecisionChoice", "PrecisionError", "choose_precision", "cpu_kind",
+           "default_device", "mps_problem", "native_bf16"]

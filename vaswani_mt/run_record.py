@@ -105,7 +105,8 @@ class TrainingFigures:
     # batches each process accumulated per update (at the end: a resume on another number of processes changes it)
     gradient_accumulation_steps: int | None = None
     hardware: Hardware | None = None
-    precision: str | None = None  # "bfloat16 autocast (training.bf16 is auto: ...)" or "float32 (...)": what and why
+    precision: str | None = None  # "bfloat16 autocast (training.precision is auto: ...)", "float32 (...)": what, why
+    skipped_updates: int | None = None  # updates float16 loss scaling skipped (gradients overflowed); None: no scaling
     time_budget: TimeBudgetPlan | None = None  # the plan of a run with training.budget_minutes
 
     @classmethod
@@ -113,10 +114,12 @@ class TrainingFigures:
         """The figures a `TrainerState` holds (its log history), plus `figures` measured outside it."""
         history = state.log_history or []
         rates = sorted(entry["target_tokens_per_second"] for entry in history if "target_tokens_per_second" in entry)
+        skipped = [entry["skipped_updates"] for entry in history if "skipped_updates" in entry]
         values = dict(steps=state.global_step, epochs=round(state.epoch or 0, 2),
                       train_runtime_seconds=_last(history, "train_runtime"),
                       target_tokens_per_second_median=rates[len(rates) // 2] if rates else None,
-                      final_train_loss=_last(history, "loss"), world_size=world_size)
+                      final_train_loss=_last(history, "loss"), world_size=world_size,
+                      skipped_updates=sum(skipped) if skipped else None)
         return cls(**{**values, **figures})
 
 
@@ -236,7 +239,8 @@ class RunRecord:
         plan = getattr(trainer, "time_budget_facts", lambda: None)()
         training = TrainingFigures.from_trainer_state(
             state, args.world_size, hardware=Hardware.of_this_machine() if state.global_step else None,
-            precision=run.training.precision or ("bfloat16 autocast" if args.bf16 else "float32"),
+            precision=run.training.precision or ("bfloat16 autocast" if args.bf16 else "float16 autocast with dynamic "
+                                                 "loss scaling" if args.fp16 else "float32"),
             time_budget=from_mapping(TimeBudgetPlan, plan) if plan else run.training.time_budget)
         record = cls(
             name=output_dir.resolve().name, command=run.command, training=training,

@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("model", help="a saved model folder with its tokenizer (e.g. runs/NAME/model), or a Hub id")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="the port on 127.0.0.1 (default: %(default)s)")
-    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
+    parser.add_argument("--device", help="cpu, cuda, cuda:N or mps, Apple's GPU (default: cuda, else mps, when "
+                                         "available, else cpu)")
     return parser
 
 

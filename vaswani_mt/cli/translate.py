@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-new-tokens", type=int,
                         help="longest translation in tokens (default: the model's, source length + 50)")
     parser.add_argument("--reference", "-r", help="reference translations: print sacreBLEU BLEU and chrF to stderr")
-    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
+    parser.add_argument("--device", help="cpu, cuda, cuda:N or mps, Apple's GPU (default: cuda, else mps, when "
+                                         "available, else cpu)")
     parser.add_argument("--sort-window", type=int, default=DEFAULT_SORT_WINDOW,
                         help="lines read, sorted by length and batched together (default: %(default)s)")
     return parser

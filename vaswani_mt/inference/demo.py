@@ -78,8 +78,8 @@ HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def load_demo_model(name: str, device: str | None = None):
-    """The model (eval mode, on `device`: default cuda when available, else cpu) and tokenizer of `name`: a saved
-    model folder, or a Hub id (``user/model``) that is not a folder here. Every problem is one `DemoError`: a
+    """The model (eval mode, on `device`: default cuda, else mps, when available, else cpu) and tokenizer of `name`: a
+    saved model folder, or a Hub id (``user/model``) that is not a folder here. Every problem is one `DemoError`: a
     missing folder, a Hub id that cannot be loaded (offline, unknown), a device that cannot be used, a folder
     without weights or tokenizer."""
     try:

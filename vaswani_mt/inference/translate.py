@@ -25,6 +25,7 @@ from ..data.batching import pack_by_token_budget
 from ..files import TOKENIZER_FILES, first_line, weights_problem
 from ..model.modeling_vaswani import length_penalty_style
 from ..model.pipeline_vaswani import encode_source, text_preprocessing
+from ..precision import default_device, mps_problem
 
 logger = logging.getLogger(__name__)
 
@@ -181,9 +182,10 @@ def decoding_defaults(model) -> dict:
 
 
 def load_model_and_tokenizer(folder: str, device: str | None = None):
-    """The model (eval mode, on `device`: default cuda when available, else cpu) and tokenizer saved in `folder`.
-    Everything that can be checked is checked before the model loads (the device, the files, whole weights), so a
-    bad folder or device is one `TranslateError` naming it, not a traceback from inside a library."""
+    """The model (eval mode, on `device`: default cuda, else Apple's GPU (mps), when available, else cpu) and
+    tokenizer saved in `folder`. Everything that can be checked is checked before the model loads (the device, the
+    files, whole weights), so a bad folder or device is one `TranslateError` naming it, not a traceback from inside a
+    library."""
     device = usable_device(device)
     path = Path(folder)
     if not path.is_dir():
@@ -211,11 +213,13 @@ def _has_tokenizer(folder: Path) -> bool:
 
 
 def usable_device(name: str | None) -> str:
-    """`name` (default: cuda when available, else cpu) once a tensor could be put there."""
-    name = name or ("cuda" if torch.cuda.is_available() else "cpu")
+    """`name` (default: cuda, else Apple's GPU (mps), when available, else cpu) once a tensor could be put there."""
+    name = name or default_device()
+    if name.split(":")[0] == "mps" and (problem := mps_problem()) is not None:
+        raise TranslateError(f"device {name!r} cannot be used: {problem}")
     try:
         torch.empty(0, device=name)
-    except (RuntimeError, AssertionError, ValueError) as error:
+    except (RuntimeError, AssertionError, ValueError, NotImplementedError) as error:
         raise TranslateError(f"device {name!r} cannot be used: {first_line(error)}") from None
     return name
 

@@ -180,7 +180,7 @@ def render_card(record: RunRecord, repo_id: str | None = None, license: str | No
         cleaning=_cleaning_rows(record.data),
         recipe=_recipe_rows(config.get("training") or {}, data.get("valid_subset"),
                             record.training.steps if record.training else None,
-                            record.training.precision if record.training else None,
+                            _precision(record.training),
                             record.training.gradient_accumulation_steps if record.training else None,
                             record.training.time_budget if record.training else None),
         run=_run_rows(record.training, record.command),
@@ -329,6 +329,16 @@ def _budget_length(plan) -> str:
     resumed = ", resumed once and keeping that plan" if plan.resumed else ""
     return (f"a time budget of {minutes}: {plan.updates:,} updates planned on its machine{pace}{resumed}, the "
             f"schedule laid over them{took}")
+
+
+def _precision(training) -> str | None:
+    """What the run computed in and why (the record's), and how many updates float16's loss scaling skipped."""
+    if training is None or not training.precision:
+        return None
+    if training.skipped_updates is None:
+        return training.precision
+    return (f"{training.precision}; {training.skipped_updates:,} of {training.steps or 0:,} updates skipped (their "
+            "gradients overflowed in float16)")
 
 
 def _recipe_rows(t, subset: int | None = None, updates: int | None = None, precision: str | None = None,

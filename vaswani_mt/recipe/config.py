@@ -17,6 +17,7 @@ from ..data.reading import is_hub_dataset_id
 from ..data.tokenization import NUM_BYTE_TOKENS, SPECIAL_TOKENS
 from ..data.tokenizing import max_length_problem
 from ..model.configuration_vaswani import PREPROCESSING, PRESETS, VaswaniConfig
+from ..precision import PRECISIONS
 from ..typed import MappingError, from_mapping, suggestion
 from .rules import cooldown_problem, positive_problem, setting_problem
 
@@ -114,7 +115,9 @@ class TrainingConfig:
     # the process group's backend under torchrun / accelerate: None picks NCCL on CUDA, gloo on CPUs; "gloo" lets
     # processes of several torchrun nodes share one GPU, which NCCL refuses
     ddp_backend: str | None = None
-    bf16: bool | str = False  # bfloat16 autocast: true, false, or auto: where the CPU/GPU computes it natively
+    # what the run computes in: bf16 (bfloat16 autocast), fp16 (float16 autocast with dynamic loss scaling), fp32,
+    # or auto: bf16 where the CPU/GPU computes it natively, fp16 on NVIDIA GPUs without it, else fp32 (precision.py)
+    precision: str = "fp32"
     torch_compile: bool = False  # torch.compile the model: faster steps on CUDA (docs/speed.md), minutes to compile
 
 
@@ -187,12 +190,40 @@ def load_run_config(name_or_path: str | None, overrides: dict[str, Any] | None =
             _set_dotted(raw, dotted, value)
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value)
+    if isinstance(raw.get("training"), dict):
+        _precision_of_older_keys(raw["training"])
     try:
         config = from_mapping(RunConfig, raw, noun="config key")
     except MappingError as error:
         raise ConfigError(str(error)) from None
     validate(config)
     return config
+
+
+def _precision_of_older_keys(training: dict) -> None:
+    """`training.bf16` (true, false, auto: the key before `training.precision`, in configs and in the config.yaml of
+    run folders) and `training.fp16` (true: transformers' name) still load, as the `training.precision` they mean.
+    A named precision (bf16 or fp16 true, precision bf16 / fp16 / fp32) wins over `bf16: false` (float32), which wins
+    over `auto`: `--training.fp16 true` on a shipped config trains in float16. Two named precisions that differ are
+    refused in one line."""
+    bf16, fp16 = training.pop("bf16", None), training.pop("fp16", None)
+    for key, value, choices in (("bf16", bf16, "true, false or auto"), ("fp16", fp16, "true or false")):
+        if value is not None and not (isinstance(value, bool) or (key == "bf16" and value == "auto")):
+            raise ConfigError(f"training.{key} must be {choices} (or use training.precision: "
+                              f"{', '.join(PRECISIONS)}), got {value!r}")
+    named = {f"training.{key}: true": key for key, value in (("bf16", bf16), ("fp16", fp16)) if value is True}
+    precision = training.get("precision")
+    if precision not in (None, "auto"):
+        named[f"training.precision: {precision}"] = precision
+    if len(set(named.values())) > 1:
+        raise ConfigError(f"{' and '.join(named)} name different precisions: keep one (training.precision: "
+                          f"{', '.join(PRECISIONS)})")
+    if named:
+        training["precision"] = next(iter(named.values()))
+    elif bf16 is False:
+        training["precision"] = "fp32"
+    elif bf16 == "auto":
+        training["precision"] = "auto"
 
 
 def _read_config_tree(name_or_path: str, seen: tuple[Path, ...]) -> dict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model.modeling_vaswani import LENGTH_PENALTY_STYLES
-from ..precision import BF16_SETTINGS
+from ..precision import PRECISIONS
 
 # Settings (run-config `training` keys, trainer arguments, schedule arguments) that must be above 0.
 POSITIVE = ("max_tokens", "gradient_accumulation_steps", "max_steps", "num_epochs", "max_minutes", "budget_minutes",
@@ -38,8 +38,8 @@ def setting_problem(name: str, value: Any) -> str | None:
         return f"{name} must be a number of updates or a fraction of the run (below 1), got {value!r}"
     if name == "label_smoothing" and not 0.0 <= value < 1.0:
         return f"{name} must be in [0, 1), got {value!r}"
-    if name == "bf16" and not (isinstance(value, bool) or value in BF16_SETTINGS):
-        return f"{name} must be true, false or auto, got {value!r}"
+    if name == "precision" and value not in PRECISIONS:
+        return f"{name} must be one of {', '.join(PRECISIONS)}, got {value!r}"
     if name == "length_penalty_style" and value not in LENGTH_PENALTY_STYLES:
         return f"{name} must be one of {', '.join(LENGTH_PENALTY_STYLES)}, got {value!r}"
     return None

@@ -50,7 +50,7 @@ from ..metrics import corpus_scores, moses_tokenized_bleu, tokenized_bleu
 from ..model.configuration_vaswani import VaswaniConfig
 from ..model.modeling_vaswani import VaswaniForConditionalGeneration
 from ..model.pipeline_vaswani import save_for_pipeline
-from ..precision import Bf16Choice, choose_bf16
+from ..precision import PrecisionChoice, PrecisionError, choose_precision, default_device
 from ..run_record import (
     Hardware,
     ModelFacts,
@@ -108,11 +108,15 @@ def train_run(config: RunConfig, resume: bool = False, command: str | None = Non
 
 def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started: float, began: float) -> RunRecord:
     join_this_attempts_process_group(config.training.ddp_backend)  # under torchrun: this attempt's own group
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    bf16 = choose_bf16(config.training.bf16, device)  # training.bf16: auto -> where the device computes it natively
+    device = default_device()  # cuda, else Apple's GPU (mps), else cpu
+    try:  # training.precision: auto -> what pays on the device
+        precision = choose_precision(config.training.precision, device)
+    except PrecisionError as error:
+        raise ConfigError(str(error)) from None
     args = VaswaniTrainingArguments.from_config(
-        config.training, str(run.checkpoints), use_cpu=device == "cpu", bf16=bf16.enabled, report_to=[],
-        ddp_find_unused_parameters=False, dataloader_num_workers=0, disable_tqdm=not sys.stderr.isatty())
+        config.training, str(run.checkpoints), use_cpu=device == "cpu", **precision.trainer_flags(), report_to=[],
+        ddp_find_unused_parameters=False, dataloader_num_workers=0, dataloader_pin_memory=device == "cuda",
+        disable_tqdm=not sys.stderr.isatty())
     if config.training.num_threads:
         torch.set_num_threads(config.training.num_threads)
     # a resumed run keeps the tokenizer it started with
@@ -131,7 +135,8 @@ def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started:
                 save_run_config(config, run.config)
             if config.tokenizer.path is None and resumed_tokenizer is None:
                 prepared.tokenizer.save_pretrained(run.tokenizer)
-        record = _train_and_finish(config, run, args, prepared, resume, command, bf16, planner, run_started=started)
+        record = _train_and_finish(config, run, args, prepared, resume, command, precision, planner,
+                                   run_started=started)
         if args.should_save:
             logger.info("run complete after %s; its record: %s", duration(time.perf_counter() - began), run.record)
     return record
@@ -196,10 +201,10 @@ def _run_log(run: RunFolder, is_main: bool) -> Iterator[None]:
 
 
 def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingArguments, prepared, resume: bool,
-                      command: str, bf16: Bf16Choice, planner: BudgetPlanner | None,
+                      command: str, precision: PrecisionChoice, planner: BudgetPlanner | None,
                       run_started: float) -> RunRecord:
     tokenizer, tokenized = prepared.tokenizer, prepared.tokenized
-    logger.info("run folder %s; world size %d; %s", run.root, args.world_size, bf16.describe())
+    logger.info("run folder %s; world size %d; %s", run.root, args.world_size, precision.describe())
     if args.device.type == "cpu" and keep_freed_memory():
         logger.info("malloc keeps freed memory for the next step (vaswani_mt.recipe.host_memory)")
     logger.info("data: %s; prepared in %s", prepared.report.summary(),
@@ -216,6 +221,8 @@ def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingAr
     logger.info("model: %s preset, %.2fM parameters, %s-norm", config.model.preset, model.num_parameters() / 1e6,
                 model.config.norm_style)
     trainer = _trainer(config, run, args, model, tokenizer, tokenized[config.data.train_split], valid, planner)
+    if precision.name == "fp16" and not args.fp16:  # an accelerate that trains float16 on GPUs only (a warning said)
+        precision = PrecisionChoice("fp32", f"{precision.reason}, but this accelerate trains float16 on GPUs only")
     progress = TrainingProgress(config.training.max_minutes,
                                 budget_minutes=config.training.budget_minutes).install(trainer)
 
@@ -243,7 +250,7 @@ def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingAr
         training=TrainingFigures.from_trainer_state(
             trainer.state, args.world_size, wall_seconds_this_process=round(train_seconds, 1),
             train_runtime_seconds=train_metrics.get("train_runtime"), hardware=Hardware.of_this_machine(),
-            precision=bf16.describe(), gradient_accumulation_steps=args.gradient_accumulation_steps,
+            precision=precision.describe(), gradient_accumulation_steps=args.gradient_accumulation_steps,
             time_budget=TimeBudgetPlan(**plan) if plan else None),
         model=ModelFacts(preset=config.model.preset, parameters=model.num_parameters(),
                          config=model.config.to_diff_dict()),

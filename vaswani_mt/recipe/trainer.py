@@ -43,11 +43,12 @@ from ..files import (  # noqa: F401
 from ..metrics import corpus_scores
 from ..model.modeling_vaswani import label_smoothed_cross_entropy
 from ..model.pipeline_vaswani import save_for_pipeline
-from ..precision import choose_bf16
+from ..precision import choose_precision, default_device
 from ..run_record import RunRecord
 from .budget import BudgetPlanner
 from .config import TrainingConfig
 from .loss import output_projection_in_the_loss, projected_label_smoothed_cross_entropy, projects_in_the_loss
+from .loss_scaling import SkippedUpdates, scale_losses_on_the_cpu
 from .processes import UpdateBatch
 from .rules import cooldown_problem, setting_problem
 from .schedule import NoamLR, cooldown_length, make_adam
@@ -140,11 +141,9 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         `Seq2SeqTrainingArguments` (e.g. `use_cpu`, `disable_tqdm`)."""
         t = training
         named = {**_arguments_named_by(t), "max_steps": -1 if t.max_steps is None else t.max_steps}  # -1: epochs
-        if "bf16" in settings:  # decided by the caller (`train_run` logs and records why)
-            del named["bf16"]
-        else:  # "auto": bfloat16 where the device computes it natively
-            device = "cpu" if settings.get("use_cpu") or not torch.cuda.is_available() else "cuda"
-            named["bf16"] = choose_bf16(t.bf16, device).enabled
+        if not {"bf16", "fp16"} & settings.keys():  # else decided by the caller (`train_run` logs and records why)
+            device = "cpu" if settings.get("use_cpu") else default_device()
+            named.update(choose_precision(t.precision, device).trainer_flags())
         return cls(
             output_dir=output_dir, **named, num_train_epochs=t.num_epochs, generation_num_beams=t.num_beams,
             eval_strategy="steps", save_strategy="steps", save_steps=t.eval_steps,
@@ -213,11 +212,20 @@ class VaswaniTrainer(Seq2SeqTrainer):
             self.compute_metrics = bleu_chrf_metrics(self.processing_class, self._remember_signatures)
         self._target_tokens_since_log = 0
         self._last_log_time = time.perf_counter()
+        self.skipped_updates = SkippedUpdates()  # by float16's loss scaling; logged at each logging step
+        self.add_callback(self.skipped_updates)
         if self.args.budget_minutes and self.budget_planner is None:
             self.add_callback(BudgetPlanner(self.args.budget_minutes, self.args.cooldown_steps))
         for name, lost in TRAINER_PRIVATE_HOOKS.items():
             if not callable(getattr(Seq2SeqTrainer, name, None)):
                 logger.warning("vaswani_mt: transformers' Trainer has no %s: %s", name, lost)
+
+    def create_accelerator_and_postprocess(self) -> None:
+        """The Trainer's accelerator; with `fp16` on a CPU, given the float16 autocast and grad scaler accelerate gives
+        only GPUs (`loss_scaling.scale_losses_on_the_cpu`; where it cannot, `fp16` is off: float32, as accelerate)."""
+        super().create_accelerator_and_postprocess()
+        if self.args.fp16 and not scale_losses_on_the_cpu(self.accelerator):
+            self.args.fp16 = False
 
     @property
     def budget_planner(self) -> BudgetPlanner | None:
@@ -339,6 +347,10 @@ class VaswaniTrainer(Seq2SeqTrainer):
             tokens = self._target_tokens_since_log * self.accelerator.num_processes
             logs["target_tokens_per_second"] = round(tokens / max(now - self._last_log_time, 1e-9), 1)
             self._target_tokens_since_log, self._last_log_time = 0, now
+            scaler = getattr(self.accelerator, "scaler", None)
+            if scaler is not None:  # float16: the loss scale, and the updates it skipped
+                logs["skipped_updates"] = self.skipped_updates.take(self.state.global_step)
+                logs["loss_scale"] = scaler.get_scale()
         super().log(logs, start_time)
 
     # -- evaluation keeps the model's decoding defaults ------------------------------------------------------------
@@ -378,6 +390,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
         A failed write (e.g. a full disk) raises an OSError naming the checkpoint."""
         if trial is not None:  # a hyperparameter-search trial writes a folder of its own: the Trainer's own saving
             return super()._save_checkpoint(model, trial, *args, **kwargs)
+        if self.skipped_updates.count:  # in the checkpoint's log history, so a resumed run counts them once
+            self.log({"skipped_updates": self.skipped_updates.take(self.state.global_step)})
         run_dir = Path(self.args.output_dir)
         folder = run_dir / f"checkpoint-{self.state.global_step}"
         writes_files = self.args.should_save
