@@ -479,6 +479,17 @@ def test_a_lock_file_this_user_may_not_take_is_one_line_naming_it_and_prepares_n
     assert not _folders(cache) and not list(cache.glob("*.softlock"))  # no lock file that exists while held either
 
 
+def test_data_prepared_in_a_cache_this_user_may_only_read_is_read_without_locks(tmp_path, monkeypatch, caplog):
+    data, tokenizer_config = _config(_corpus(tmp_path / "corpus"), tmp_path / "cache")
+    first = prepare(data, tokenizer_config)
+    first.release()
+    _lock_files_denied(monkeypatch, tmp_path / "cache")
+    with caplog.at_level(logging.INFO, logger="vaswani_mt.data"):
+        again = prepare(data, tokenizer_config)
+    assert again.folders == first.folders and again.in_use == []
+    assert caplog.text.count("reading it unmarked") == 3
+
+
 PAUSED_BUILD = textwrap.dedent("""
     import logging, os, sys, time
     from pathlib import Path

@@ -211,8 +211,7 @@ def _eval_results(test, dataset_id, data_name, source, target, revision=None) ->
     return [EvalResult(task_type="translation", task_name=f"Translation {source}-{target}" if source else "Translation",
                        dataset_type=dataset_id, dataset_name=data_name, dataset_split=test.get("split"),
                        dataset_config=f"{source}-{target}" if source else None, dataset_revision=revision,
-                       metric_type=metric_type,
-                       metric_value=test[key], metric_name=metric_name,
+                       metric_type=metric_type, metric_value=test[key], metric_name=metric_name,
                        metric_args={**({"signature": test[signature]} if signature in test else {}), **args} or None)
             for key, metric_type, metric_name, signature in _test_metrics(test)]
 
