@@ -31,6 +31,7 @@ def _checkpoint(folder, weights, config_marker="last"):
     (folder / "modeling_vaswani.py").write_text("# remote code\n")
     for state_file in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "training_args.bin"):
         (folder / state_file).write_bytes(b"state")
+    (folder / "batch.json").write_text('{"processes": 2, "gradient_accumulation_steps": 1, "max_tokens": 4096}\n')
     return folder
 
 
@@ -198,6 +199,17 @@ def test_cli_accepts_explicit_inputs(tmp_path):
     b = _checkpoint(tmp_path / "b", _weights(1))
     assert main(["--inputs", str(a), str(b), "--output", str(tmp_path / "out")]) == 0
     _assert_bitwise_equal(load_file(tmp_path / "out" / "model.safetensors"), average_checkpoints([a, b]))
+
+
+def test_cli_copies_no_training_state_into_the_averaged_folder(tmp_path):
+    """The batch of the checkpoint's updates (batch.json) and a save-in-progress marker belong to its training, like
+    its optimizer state: the averaged folder is a model, which a resume must never take for a checkpoint."""
+    a = _checkpoint(tmp_path / "a", _weights(0))
+    b = _checkpoint(tmp_path / "b", _weights(1))
+    (b / ".saving").write_text("")
+    assert main(["--inputs", str(a), str(b), "--output", str(tmp_path / "out")]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "config.json", "generation_config.json", "model.safetensors", "modeling_vaswani.py", "tokenizer.json"]
 
 
 def test_cli_says_how_many_checkpoints_exist_when_too_few(tmp_path, capsys):

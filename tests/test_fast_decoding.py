@@ -1,9 +1,11 @@
 """The fast decoding loops (vaswani_mt/model/fast_decoding.py) return exactly what transformers' own greedy and
 beam-search loops return, for every setting they take over, and hand everything else to transformers."""
 
+import contextlib
 import functools
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,21 +38,51 @@ def _sources(vocab_size=128, seed=1):
     return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
+@contextlib.contextmanager
+def loops_that_ran(model) -> Iterator[list[str]]:
+    """The decoding loops that ran for `model` while the block runs, in order: "vaswani_mt" for ours (a decoder built
+    for this model: the check of our loops against transformers' decodes a check model of its own, not counted),
+    "transformers" for transformers' `_sample` / `_beam_search` on it."""
+    ran, build = [], IncrementalDecoder.__init__
+    originals = {name: getattr(GenerationMixin, name) for name in ("_sample", "_beam_search")}
+
+    def decoder(self, decoded, *args, **kwargs):
+        if decoded is model:
+            ran.append("vaswani_mt")
+        build(self, decoded, *args, **kwargs)
+
+    def loop(original):
+        @functools.wraps(original)  # generate() reads _sample's signature
+        def spy(self, *args, **kwargs):
+            if self is model:
+                ran.append("transformers")
+            return original(self, *args, **kwargs)
+        return spy
+
+    IncrementalDecoder.__init__ = decoder
+    for name, original in originals.items():
+        setattr(GenerationMixin, name, loop(original))
+    try:
+        yield ran
+    finally:
+        IncrementalDecoder.__init__ = build
+        for name, original in originals.items():
+            setattr(GenerationMixin, name, original)
+
+
 def _both(model, inputs, **kwargs):
     """(fast loop output, transformers' loop output) for one generate() call; fails unless our loop decoded the first
-    (a call that fell back would compare transformers' loop with itself)."""
-    steps, step = [], IncrementalDecoder.step
-    IncrementalDecoder.step = lambda self, tokens: steps.append(1) or step(self, tokens)
-    try:
+    and transformers' the second (a call that fell back would compare transformers' loop with itself)."""
+    with loops_that_ran(model) as ran:
         fast = model.generate(**inputs, **kwargs)
-    finally:
-        IncrementalDecoder.step = step
-    assert steps, "vaswani_mt's decoding loop did not run"
+    assert ran == ["vaswani_mt"], f"vaswani_mt's decoding loop did not run alone: {ran}"
     model.use_fast_decoding = False
     try:
-        reference = model.generate(**inputs, **kwargs)
+        with loops_that_ran(model) as ran:
+            reference = model.generate(**inputs, **kwargs)
     finally:
         model.use_fast_decoding = True
+    assert ran == ["transformers"], f"transformers' decoding loop did not run alone: {ran}"
     return fast, reference
 
 

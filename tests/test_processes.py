@@ -18,8 +18,9 @@ import yaml
 from safetensors.torch import load_file
 
 from test_train_cli import REPO, small_corpus, tiny_config  # noqa: F401 - small_corpus: a fixture, used by name
-from vaswani_mt.recipe.config import ConfigError
-from vaswani_mt.recipe.processes import BATCH_FILE, UpdateBatch, accumulation_keeping, restarts_across_nodes_problem
+from vaswani_mt.recipe.config import ConfigError, load_run_config
+from vaswani_mt.recipe.processes import (BATCH_FILE, UpdateBatch, accumulation_keeping, restarts_across_nodes_problem,
+                                         resumed_accumulation)
 from vaswani_mt.recipe.trainer import complete_checkpoints
 
 DIE_IN_SAVE = REPO / "tests" / "trainer_helpers" / "die_in_save.py"
@@ -199,6 +200,7 @@ def test_a_run_of_two_processes_resumed_on_one_accumulates_two_batches_per_updat
             "update at 2 batches (1 process x 2 accumulated x 512 tokens; was 2 processes x 1 accumulated x 512 "
             "tokens)") in result.stderr
     assert UpdateBatch.of_checkpoint(run / "checkpoints" / "checkpoint-40") == UpdateBatch(1, 2, 512)
+    assert yaml.safe_load((run / "config.yaml").read_text())["training"]["gradient_accumulation_steps"] == 2
     resumed, uninterrupted = learning_rates(run), learning_rates(two_processes)
     assert {step: resumed[step] for step in range(22, 41, 2)} == {step: uninterrupted[step] for step in
                                                                   range(22, 41, 2)}  # the schedule goes on
@@ -229,12 +231,73 @@ def test_a_number_of_processes_that_cannot_split_an_update_is_one_line_naming_th
         accumulation_keeping(started, 4, tmp_path)
 
 
-def test_a_checkpoint_saved_before_checkpoints_recorded_their_batch_resumes_with_the_configs_accumulation(tmp_path):
-    from vaswani_mt.recipe.run import _keep_the_update_batch
+def test_a_checkpoint_saved_before_checkpoints_recorded_their_batch_resumes_with_the_configs_accumulation(
+        two_processes, tmp_path):
+    from vaswani_mt.recipe.run import _resumed_update
+    from vaswani_mt.run_record import RunFolder
 
-    args = SimpleNamespace(world_size=2, gradient_accumulation_steps=3, max_tokens=512)
-    _keep_the_update_batch(args, str(tmp_path))  # no batch.json
-    assert args.gradient_accumulation_steps == 3
+    run = stopped_after(two_processes, 20, tmp_path / "run")
+    (run / "checkpoints" / "checkpoint-20" / BATCH_FILE).unlink()
+    config = load_run_config(str(run / "config.yaml"), {"training.gradient_accumulation_steps": 3})
+    args = SimpleNamespace(world_size=1, gradient_accumulation_steps=3, max_tokens=512)
+    assert _resumed_update(config, RunFolder(run), args) is config and args.gradient_accumulation_steps == 3
+
+
+@pytest.mark.parametrize("started,count,asked,saved,expected", [
+    ((2, 1), 1, 1, 1, 2),  # 2 processes -> 1: the config left as it was
+    ((2, 1), 1, 2, 1, 2),  # ... or asking for the accumulation that keeps the update
+    ((1, 2), 1, 2, 2, 2),  # the same number of processes again, config.yaml rewritten with 2
+    ((1, 2), 2, 2, 2, 1),  # 1 process -> 2
+    ((1, 2), 1, 1, 1, 2),  # a run folder whose config.yaml kept the start's accumulation
+], ids=["fewer", "fewer-asked", "same", "more", "config-yaml-of-before"])
+def test_a_resumed_run_keeps_the_update_of_its_checkpoint(started, count, asked, saved, expected):
+    assert resumed_accumulation(UpdateBatch(*started, 512), count, asked, saved, "checkpoint-30") == expected
+
+
+@pytest.mark.parametrize("started,count,asked,saved", [((1, 2), 1, 1, 2), ((1, 2), 1, 4, 2), ((2, 1), 1, 4, 1)],
+                         ids=["the-starts-config-again", "another-on-the-same-count", "another-on-another-count"])
+def test_an_accumulation_that_would_change_the_update_on_resume_is_one_line(started, count, asked, saved):
+    keeping = UpdateBatch(*started, 512).batches // count
+    with pytest.raises(ConfigError, match=re.escape(
+            f"checkpoint-30 was trained with {UpdateBatch(*started, 512).describe()} per update, which gradient "
+            f"accumulation {keeping} keeps here; training.gradient_accumulation_steps {asked} would change the "
+            f"update in the middle of the run: resume with {keeping} (the run's config.yaml says {saved})")):
+        resumed_accumulation(UpdateBatch(*started, 512), count, asked, saved, "checkpoint-30")
+
+
+def test_an_explicit_accumulation_that_would_change_the_update_is_refused_before_any_work(tmp_path, resumed_on_one):
+    """2 processes -> 1 (accumulation 1 -> 2, config.yaml rewritten with 2) -> stopped after update 30 -> 1 process
+    again with --training.gradient_accumulation_steps 1: refused in one line; config.yaml and checkpoints stay."""
+    run = stopped_after(resumed_on_one[0], 30, tmp_path / "run")
+    config_before = (run / "config.yaml").read_text()
+    result = subprocess.run([sys.executable, "-m", "vaswani_mt.cli", "train", "--config", str(run / "config.yaml"),
+                             "--training.gradient_accumulation_steps", "1", "--resume"], cwd=REPO, env=ENV,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"vaswani-mt train: error: --resume on 1 process: {run / 'checkpoints' / 'checkpoint-30'} was trained with 1 "
+        "process x 2 accumulated x 512 tokens per update, which gradient accumulation 2 keeps here; "
+        "training.gradient_accumulation_steps 1 would change the update in the middle of the run: resume with 2 "
+        "(the run's config.yaml says 2), or start a new run")
+    assert (run / "config.yaml").read_text() == config_before
+    assert [folder.name for folder in complete_checkpoints(run / "checkpoints")][-1] == "checkpoint-30"
+
+
+def test_a_resume_with_only_the_steps_after_training_left_records_the_update_training_ended_with(
+        tmp_path, two_processes):
+    """Trained on 2 processes with accumulation 1; killed after training; finished by 1 process: its record and card
+    give 2 processes x 1, not 1 process x the config's accumulation."""
+    from vaswani_mt.publishing.model_card import render_card
+    from vaswani_mt.run_record import RunRecord
+
+    run = stopped_after(two_processes, 40, tmp_path / "run")
+    result = subprocess.run([sys.executable, "-m", "vaswani_mt.cli", "train", "--config", str(run / "config.yaml"),
+                             "--resume"], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "training ended there (step 40); finishing the steps after training" in result.stderr
+    record = RunRecord.read(run)
+    assert (record.training.world_size, record.training.gradient_accumulation_steps) == (2, 1)
+    assert "| Processes | 2 |" in render_card(record)
 
 
 def test_a_second_resume_on_the_same_number_of_processes_keeps_the_accumulation_the_first_one_set(

@@ -76,7 +76,7 @@ def run_train(*args: str, timeout: int = 300, umask: int = -1) -> subprocess.Com
     (["--training.length_penalty_style", "gnm"], "training.length_penalty_style must be one of transformers, gnmt"),
     (["--training.average_every", "0"], "training.average_every must be > 0"),
     (["--training.average_every", "3", "--training.average_last", "1"], "which must then be at least 2, got 1"),
-    (["--data.workers", "0"], "data.workers must be >= 1 (or null: the usable cores), got 0"),
+    (["--data.workers", "0"], "data.workers must be a positive number of processes or null (the usable cores), got 0"),
     (["--training.ddp_backend", "glo"], "training.ddp_backend must be null (NCCL on CUDA, gloo on CPUs) or one of"),
     (["--training.cooldown_steps", "-1"], "training.cooldown_steps must be >= 0 (0: none), got -1"),
     (["--data.max_length", "1"], "data.max_length must be at least 2 (one token and </s>), got 1"),

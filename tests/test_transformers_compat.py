@@ -134,12 +134,27 @@ def test_a_transformers_helper_that_changed_behaviour_sends_beam_search_to_trans
 
 
 @pytest.mark.parametrize("shape", [dict(norm_style="post"), dict(norm_style="pre"), dict(d_k=4, d_v=16),
-                                   dict(position_embedding="learned")], ids=["post", "pre", "d_k-d_v", "learned"])
+                                   dict(position_embedding="learned"),
+                                   dict(d_k=4, d_v=16, position_embedding="learned", norm_style="pre")],
+                         ids=["post", "pre", "d_k-d_v", "learned", "d_k-d_v-learned-pre"])
 def test_our_loops_and_the_installed_transformers_decode_the_check_model_alike_on_the_cpu(monkeypatch,
                                                                                          make_tiny_model, shape):
+    """The check runs on a check model of the kind asked for (its head sizes and position embedding too), with our
+    loops and transformers' alike."""
     monkeypatch.setattr(generation, "_agreement", {})
+    decoded, build = [], generation.IncrementalDecoder.__init__
+
+    def decoder(self, model, *args, **kwargs):
+        decoded.append(model.config)
+        build(self, model, *args, **kwargs)
+    monkeypatch.setattr(generation.IncrementalDecoder, "__init__", decoder)
     assert generation.loops_agree_with_transformers(make_tiny_model(**shape))
     assert len(generation._agreement) == 1
+    assert len(decoded) == len(generation._CHECK_CALLS)  # our loops decoded the check model, once per call
+    for config in decoded:
+        assert config.norm_style == shape.get("norm_style", "post")
+        assert config.position_embedding == shape.get("position_embedding", "sinusoidal")
+        assert (config.d_k is not None, config.d_v is not None) == ("d_k" in shape, "d_v" in shape)
 
 
 def test_each_device_dtype_norm_style_head_size_and_position_kind_is_checked_once_with_its_own_check_model(

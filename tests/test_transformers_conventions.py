@@ -2,6 +2,7 @@
 checkpoint lacks, greedy decoding unless the generation config says otherwise, sub-models built alone, a decoder
 without encoder states, and the old cache name."""
 
+import functools
 import warnings
 
 import pytest
@@ -10,6 +11,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, pipeline
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
+from test_fast_decoding import loops_that_ran
 from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniModel
 from vaswani_mt.model.modeling_vaswani import CACHE_FIELD, VaswaniDecoder, VaswaniEncoder
 
@@ -161,10 +163,20 @@ def test_the_old_cache_name_warns_where_transformers_renamed_it_and_gives_the_sa
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])
-@pytest.mark.parametrize("fast", [True, False], ids=["vaswani_mt loops", "transformers loops"])
-def test_a_static_cache_decodes_as_the_dynamic_one(make_tiny_model, num_beams, fast):
+def test_a_static_cache_decodes_as_the_dynamic_one_in_transformers_loops_and_as_our_loops_decode(make_tiny_model,
+                                                                                                 num_beams):
+    """transformers' loops with their static cache and with their dynamic one; ours keep their own preallocated
+    buffers whatever `cache_implementation` says (what a static cache is: sized for max_length once), and decode as
+    transformers' static-cache loop does."""
     model = _trained_like(make_tiny_model)
-    model.use_fast_decoding = fast
-    dynamic = model.generate(**_sources(), num_beams=num_beams, max_new_tokens=12)
-    static = model.generate(**_sources(), num_beams=num_beams, max_new_tokens=12, cache_implementation="static")
+    decode = functools.partial(model.generate, **_sources(), num_beams=num_beams, max_new_tokens=12)
+    model.use_fast_decoding = False
+    with loops_that_ran(model) as ran:
+        dynamic, static = decode(), decode(cache_implementation="static")
+    assert ran == ["transformers", "transformers"]
     assert torch.equal(static, dynamic)
+    model.use_fast_decoding = True
+    with loops_that_ran(model) as ran:
+        ours = decode(cache_implementation="static")
+    assert ran == ["vaswani_mt"]
+    assert torch.equal(ours, static)

@@ -43,6 +43,7 @@ class RunFolder:
     log = property(lambda self: self.root / "train.log")  # everything the run printed
     log_history = property(lambda self: self.root / "log_history.json")  # the Trainer's log, one entry per log
     test_hypotheses = property(lambda self: self.root / "test.hyp")  # the test split's translations
+    data_revision = property(lambda self: self.root / "data_revision.json")  # the Hub dataset commit it reads
 
     @property
     def name(self) -> str:
@@ -180,6 +181,7 @@ class RunRecord:
     training: TrainingFigures = field(default_factory=TrainingFigures)
     model: ModelFacts = field(default_factory=ModelFacts)
     data: dict[str, dict] = field(default_factory=dict)  # split -> cleaning counts (`CleaningReport.to_dict()`)
+    data_revision: str | None = None  # the commit of the Hub dataset the run read (None: local files)
     selection: Selection | None = None
     validation: Validation | None = None
     test: TestScores | None = None
@@ -245,6 +247,7 @@ class RunRecord:
         record = cls(
             name=output_dir.resolve().name, command=run.command, training=training,
             model=ModelFacts(preset=run.model.preset, parameters=model.num_parameters()), data=run.data,
+            data_revision=run.data_revision,
             validation=last_validation(state.log_history or [], getattr(trainer, "bleu_signatures", None)),
             config=run.config or {"training": args.recipe_settings()},
             model_config=model.config.to_dict(),

@@ -13,6 +13,7 @@ from .. import __version__
 # sub-command -> (module, function taking argv and returning an exit code, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "prepare": ("vaswani_mt.cli.prepare", "main", "read, clean and tokenise a config's data once, for every run"),
+    "cache": ("vaswani_mt.cli.cache", "main", "list the prepared-data cache; --prune removes what no run reads"),
     "train": ("vaswani_mt.cli.train", "main", "train a model with the paper's recipe from a YAML config"),
     "translate": ("vaswani_mt.cli.translate", "main", "translate a file or stdin with a trained model"),
     "export": ("vaswani_mt.cli.export", "main", "export a model for fast inference (CTranslate2)"),

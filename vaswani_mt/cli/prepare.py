@@ -54,4 +54,6 @@ def main(argv: list[str] | None = None) -> int:
           "tokens")
     for name, folder in prepared.folders.items():
         print(f"  {name:<10} {folder}")
+    if prepared.revision:
+        print(f"  {'data':<10} {config.data.path} at commit {prepared.revision}")
     return 0

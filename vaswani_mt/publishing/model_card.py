@@ -143,7 +143,7 @@ def render_card(record: RunRecord, repo_id: str | None = None, license: str | No
     data_name = about.get("name") or dataset_id
     name = model_name or (repo_id.split("/")[-1] if repo_id else record.name or "vaswani-mt-model")
     test = _measured_test(record.test)
-    results = _eval_results(test, dataset_id, data_name, source, target)
+    results = _eval_results(test, dataset_id, data_name, source, target, record.data_revision)
 
     if license and license != "other":
         licence = {"license": license}
@@ -174,7 +174,7 @@ def render_card(record: RunRecord, repo_id: str | None = None, license: str | No
         architecture=_architecture_rows(model_config, preset, parameters),
         data=data, tokenizer=config.get("tokenizer") or {},
         vocab=model_config.get("vocab_size") or (config.get("tokenizer") or {}).get("vocab_size"),
-        hub_path=path if path and _dataset_id(path) == path else None,
+        hub_path=path if path and _dataset_id(path) == path else None, data_revision=record.data_revision,
         splits=[f"{role} `{data[key]}`" for key, role in (("train_split", "training"), ("valid_split", "validation"),
                                                            ("test_split", "test")) if data.get(key)],
         cleaning=_cleaning_rows(record.data),
@@ -201,8 +201,9 @@ def _measured_test(test) -> dict:
     return out
 
 
-def _eval_results(test, dataset_id, data_name, source, target) -> list:
-    """The model-index entries (one `EvalResult` per measured metric, its sacreBLEU signature in ``args``)."""
+def _eval_results(test, dataset_id, data_name, source, target, revision=None) -> list:
+    """The model-index entries (one `EvalResult` per measured metric, its sacreBLEU signature in ``args``; the Hub
+    dataset's commit the run read as ``dataset_revision``)."""
     from huggingface_hub import EvalResult
 
     if not dataset_id:
@@ -210,8 +211,8 @@ def _eval_results(test, dataset_id, data_name, source, target) -> list:
     args = {k: test[k] for k in ("num_beams", "sentences") if k in test}
     return [EvalResult(task_type="translation", task_name=f"Translation {source}-{target}" if source else "Translation",
                        dataset_type=dataset_id, dataset_name=data_name, dataset_split=test.get("split"),
-                       dataset_config=f"{source}-{target}" if source else None, metric_type=metric_type,
-                       metric_value=test[key], metric_name=metric_name,
+                       dataset_config=f"{source}-{target}" if source else None, dataset_revision=revision,
+                       metric_type=metric_type, metric_value=test[key], metric_name=metric_name,
                        metric_args={**({"signature": test[signature]} if signature in test else {}), **args} or None)
             for key, metric_type, metric_name, signature in _test_metrics(test)]
 

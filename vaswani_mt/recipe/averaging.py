@@ -12,8 +12,9 @@ checkpoints." This module averages the weights of Hugging Face Trainer checkpoin
   are read shard by shard; the output is always one ``model.safetensors``.
 * The output folder gets the averaged weights, written atomically, plus the non-weight files
   (config, generation config, tokenizer, remote code, ...) of the LAST checkpoint, so it loads
-  with ``from_pretrained``. Training state (optimizer, scheduler, RNG, trainer state) is not
-  copied: it belongs to the last checkpoint's weights, not to the average.
+  with ``from_pretrained``. Training state (optimizer, scheduler, RNG, trainer state, the batch of
+  its updates, a save-in-progress marker) is not copied: it belongs to the last checkpoint's
+  weights, not to the average.
 
 Command line::
 
@@ -34,6 +35,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save
 
 from ..files import (
+    SAVING_MARKER,
     WEIGHTS_INDEX_NAME,
     WEIGHTS_NAME,
     complete_checkpoints,
@@ -41,6 +43,7 @@ from ..files import (
     weight_files,
     write_atomically,
 )
+from .processes import BATCH_FILE
 
 # Files of a Trainer checkpoint that are NOT copied into the averaged model folder: the weights
 # themselves (replaced by the average) and the resumable training state of the last checkpoint.
@@ -56,6 +59,8 @@ _NOT_COPIED = (
     "rng_state*.pth",
     "trainer_state.json",
     "training_args.bin",
+    BATCH_FILE,
+    SAVING_MARKER,
 )
 
 

@@ -16,6 +16,7 @@ import yaml
 from ..data.reading import is_hub_dataset_id
 from ..data.tokenization import NUM_BYTE_TOKENS, SPECIAL_TOKENS
 from ..data.tokenizing import max_length_problem
+from ..data.workers import workers_problem
 from ..model.configuration_vaswani import PREPROCESSING, PRESETS, VaswaniConfig
 from ..precision import PRECISIONS
 from ..typed import MappingError, from_mapping, suggestion
@@ -47,6 +48,9 @@ class DataDescription:
 @dataclass
 class DataConfig:
     path: str = "../shared/data/multi30k"  # folder of {split}.{lang} files, a JSONL/CSV/Parquet file, or a Hub id
+    # a Hub dataset's branch, tag or commit (None: main); the run pins the commit it resolves to, for its card and
+    # --resume (vaswani_mt.data.sources)
+    revision: str | None = None
     source_lang: str = "en"
     target_lang: str = "de"
     train_split: str = "train"
@@ -64,7 +68,7 @@ class DataConfig:
     # may use (its CPU affinity). The prepared data is the same for any count, so it does not enter the cache key.
     workers: int | None = None
     # where the prepared (cleaned, tokenized) data is kept for the next run, resume and process to reuse; None:
-    # $VASWANI_MT_CACHE, else ~/.cache/vaswani_mt (vaswani_mt.data.prepared)
+    # $VASWANI_MT_CACHE, else ~/.cache/vaswani_mt (vaswani_mt.data.cache; `vaswani-mt cache` lists and prunes it)
     cache_dir: str | None = None
 
 
@@ -319,8 +323,8 @@ def validate(config: RunConfig) -> None:
     if t.ddp_backend not in DDP_BACKENDS:
         raise ConfigError(f"training.ddp_backend must be null (NCCL on CUDA, gloo on CPUs) or one of "
                           f"{', '.join(b for b in DDP_BACKENDS if b)}, got {t.ddp_backend!r}")
-    if config.data.workers is not None and config.data.workers < 1:
-        raise ConfigError(f"data.workers must be >= 1 (or null: the usable cores), got {config.data.workers}")
+    if problem := workers_problem(config.data.workers):
+        raise ConfigError(f"data.{problem}")
     if config.data.source_lang == config.data.target_lang:
         raise ConfigError("data.source_lang and data.target_lang must differ")
 

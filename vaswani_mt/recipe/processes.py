@@ -14,7 +14,9 @@ Another number of processes on resume: an update is `max_tokens x processes x gr
 (per side, padding included; §5.1). Each checkpoint records the processes and the accumulation that made it
 (`batch.json`); a run resumed on another number of processes changes the gradient accumulation so that an update
 keeps its tokens, as fairseq's `--update-freq` does, and says so in one line. The learning-rate schedule counts
-updates, so it continues unchanged.
+updates, so it continues unchanged. The run's config.yaml is rewritten with the accumulation the run trains with, and
+a resume whose config asks for another one than that and than its config.yaml's is refused (`resumed_accumulation`):
+an explicit `--training.gradient_accumulation_steps` is never silently replaced.
 """
 
 from __future__ import annotations
@@ -119,5 +121,22 @@ def accumulation_keeping(started: UpdateBatch, count: int, checkpoint: str | Pat
     return started.batches // count
 
 
+def resumed_accumulation(started: UpdateBatch, count: int, asked: int, saved: int | None,
+                         checkpoint: str | Path) -> int:
+    """The gradient accumulation of a run resumed from `checkpoint` (whose updates were `started`) on `count`
+    processes: the one that keeps the checkpoint's update (its own on the same number of processes). The resumed
+    config's `asked` accumulation must be that one, or `saved`, the run's config.yaml's (left as it was: the
+    checkpoint decides); any other would change the update in the middle of the run: a ConfigError in one line."""
+    keeping = (started.gradient_accumulation_steps if started.processes == count
+               else accumulation_keeping(started, count, checkpoint))
+    if asked not in (keeping, saved):
+        raise ConfigError(
+            f"--resume on {processes_text(count)}: {checkpoint} was trained with {started.describe()} per update, "
+            f"which gradient accumulation {keeping} keeps here; training.gradient_accumulation_steps {asked} would "
+            f"change the update in the middle of the run: resume with {keeping} (the run's config.yaml says "
+            f"{saved}), or start a new run")
+    return keeping
+
+
 __all__ = ["BATCH_FILE", "UpdateBatch", "accumulation_keeping", "join_this_attempts_process_group", "processes_text",
-           "restarts_across_nodes_problem"]
+           "restarts_across_nodes_problem", "resumed_accumulation"]

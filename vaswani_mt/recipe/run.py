@@ -36,7 +36,9 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq, TrainerCallback, TrainerState, set_seed
 
+from ..data.cache import cache_folder
 from ..data.prepared import prepare
+from ..data.sources import hub_commit, is_hub_source
 from ..data.tokenization import normalize_text
 from ..files import (
     checkpoint_step,
@@ -68,8 +70,8 @@ from .config import ConfigError, RunConfig, load_run_config, save_run_config
 from .host_memory import keep_freed_memory
 from .pace import measure_pace
 from .plots import plot_training_curves
-from .processes import (UpdateBatch, accumulation_keeping, join_this_attempts_process_group, processes_text,
-                        restarts_across_nodes_problem)
+from .processes import (UpdateBatch, join_this_attempts_process_group, processes_text, restarts_across_nodes_problem,
+                        resumed_accumulation)
 from .progress import LOG_FORMAT, TrainingProgress, duration
 from .snapshots import WeightSnapshots, drop_snapshots_after, last_snapshots
 from .trainer import VaswaniTrainer, VaswaniTrainingArguments, complete_checkpoints, is_complete_checkpoint
@@ -119,11 +121,14 @@ def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started:
         disable_tqdm=not sys.stderr.isatty())
     if config.training.num_threads:
         torch.set_num_threads(config.training.num_threads)
-    # a resumed run keeps the tokenizer it started with
+    if resume:  # before config.yaml is rewritten, so that it says the accumulation the run trains with
+        config = _resumed_update(config, run, args)
+    # a resumed run keeps the tokenizer it started with, and the commit of its Hub dataset
     resumed_tokenizer = AutoTokenizer.from_pretrained(run.tokenizer) if resume and (
         run.tokenizer / "tokenizer.json").exists() else None
+    revision = _data_revision(config, run, resume, args)
     with args.main_process_first(desc="data"):  # before the run folder exists: bad data leaves nothing behind
-        prepared = prepare(config.data, config.tokenizer, tokenizer=resumed_tokenizer)
+        prepared = prepare(config.data, config.tokenizer, tokenizer=resumed_tokenizer, revision=revision)
     # before the run folder exists too: a budget too short for this machine leaves nothing behind
     planner = _budget_planner(config, args, prepared, started, resume and bool(complete_checkpoints(run.checkpoints)))
     run.root.mkdir(parents=True, exist_ok=True)
@@ -133,6 +138,9 @@ def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started:
         if args.should_save:
             with writing(run.config):
                 save_run_config(config, run.config)
+            if prepared.revision:
+                write_atomically((json.dumps({"path": config.data.path, "revision": prepared.revision}) + "\n")
+                                 .encode(), run.data_revision)
             if config.tokenizer.path is None and resumed_tokenizer is None:
                 prepared.tokenizer.save_pretrained(run.tokenizer)
         record = _train_and_finish(config, run, args, prepared, resume, command, precision, planner,
@@ -159,6 +167,7 @@ def _what_trains(config: RunConfig) -> dict:
     settings = config.to_dict()
     settings["data"].pop("description", None)
     settings.pop("quick", None)
+    settings["training"].pop("gradient_accumulation_steps")  # checked against the checkpoint (`_resumed_update`)
     return settings
 
 
@@ -207,14 +216,15 @@ def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingAr
     logger.info("run folder %s; world size %d; %s", run.root, args.world_size, precision.describe())
     if args.device.type == "cpu" and keep_freed_memory():
         logger.info("malloc keeps freed memory for the next step (vaswani_mt.recipe.host_memory)")
-    logger.info("data: %s; prepared in %s", prepared.report.summary(),
+    logger.info("data: %s%s; prepared in %s", prepared.report.summary(),
+                f"; {config.data.path} at commit {prepared.revision}" if prepared.revision else "",
                 ", ".join(str(folder) for folder in prepared.folders.values()))
     prepared.warn_truncated()
     valid = _validation_split(config, tokenized)
 
     resume_from, ended = _resume_point(run.checkpoints, args) if resume else (None, None)
     if resume_from is not None and ended is None:
-        _keep_the_update_batch(args, resume_from)
+        _say_the_update_batch(args, resume_from)
     set_seed(config.training.seed)  # the initial weights, so that a run is reproducible from its config
     model = VaswaniForConditionalGeneration(_model_config(config, tokenizer))
     _set_decoding(model, config)
@@ -245,16 +255,19 @@ def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingAr
                        "its plan" if planner is not None else "training.max_steps")
     plan = trainer.time_budget_facts()
 
+    # the update training ended with: this process's, or, when only the steps after training were left, the checkpoint's
+    update = (UpdateBatch.of_checkpoint(resume_from) if ended is not None else None) or UpdateBatch(
+        args.world_size, args.gradient_accumulation_steps, args.max_tokens)
     record = RunRecord(
         command=command,
         training=TrainingFigures.from_trainer_state(
-            trainer.state, args.world_size, wall_seconds_this_process=round(train_seconds, 1),
+            trainer.state, update.processes, wall_seconds_this_process=round(train_seconds, 1),
             train_runtime_seconds=train_metrics.get("train_runtime"), hardware=Hardware.of_this_machine(),
-            precision=precision.describe(), gradient_accumulation_steps=args.gradient_accumulation_steps,
+            precision=precision.describe(), gradient_accumulation_steps=update.gradient_accumulation_steps,
             time_budget=TimeBudgetPlan(**plan) if plan else None),
         model=ModelFacts(preset=config.model.preset, parameters=model.num_parameters(),
                          config=model.config.to_diff_dict()),
-        data=prepared.report.to_dict(),
+        data=prepared.report.to_dict(), data_revision=prepared.revision,
         selection=_select_final_model(trainer, run, config, valid, progress),
         validation=last_validation(history, trainer.bleu_signatures),
         bleu_signatures_during_training=trainer.bleu_signatures,
@@ -467,8 +480,7 @@ def _resume_point(checkpoints_dir: Path, args) -> tuple[str | None, TrainerState
         logger.info("resuming from scratch (no complete checkpoint yet)")
         return None, None
     state = TrainerState.load_from_json(str(complete[-1] / "trainer_state.json"))
-    control = (state.stateful_callbacks or {}).get("TrainerControl", {}).get("args", {})
-    if state.global_step < state.max_steps and not control.get("should_training_stop"):
+    if not _training_ended(state):
         logger.info("resuming from %s", complete[-1])
         return str(complete[-1]), None
     logger.info("resuming from %s: training ended there (step %d); finishing the steps after training", complete[-1],
@@ -476,22 +488,67 @@ def _resume_point(checkpoints_dir: Path, args) -> tuple[str | None, TrainerState
     return str(complete[-1]), state
 
 
-def _keep_the_update_batch(args: VaswaniTrainingArguments, checkpoint: str) -> None:
-    """A resumed run keeps the update of its checkpoint (`vaswani_mt.recipe.processes`): the gradient accumulation
-    that gives this number of processes the checkpoint's batches per update, set in `args` before the Trainer is
-    built; one line when the number of processes changed. A checkpoint saved before checkpoints recorded their batch
-    resumes with the config's."""
-    started = UpdateBatch.of_checkpoint(checkpoint)
+def _training_ended(state: TrainerState) -> bool:
+    """Whether training had ended at a checkpoint of this state: all steps done, or stopped (the time budget)."""
+    control = (state.stateful_callbacks or {}).get("TrainerControl", {}).get("args", {})
+    return state.global_step >= state.max_steps or bool(control.get("should_training_stop"))
+
+
+def _resumed_update(config: RunConfig, run: RunFolder, args: VaswaniTrainingArguments) -> RunConfig:
+    """A resumed run keeps the update of its last checkpoint (`vaswani_mt.recipe.processes`): the config with the
+    gradient accumulation that gives this number of processes the checkpoint's batches per update (the checkpoint's
+    own when only the steps after training are left), also set in `args` before the Trainer is built. A config that
+    asks for another accumulation than that and than the run's config.yaml is refused. A checkpoint saved before
+    checkpoints recorded their batch resumes with the config's."""
+    complete = complete_checkpoints(run.checkpoints)
+    started = UpdateBatch.of_checkpoint(complete[-1]) if complete else None
     if started is None:
+        return config
+    ended = _training_ended(TrainerState.load_from_json(str(complete[-1] / "trainer_state.json")))
+    saved = load_run_config(str(run.config)).training.gradient_accumulation_steps if run.config.is_file() else None
+    asked = config.training.gradient_accumulation_steps
+    accumulation = resumed_accumulation(started, started.processes if ended else args.world_size, asked, saved,
+                                        complete[-1])
+    if accumulation != asked and started.processes == args.world_size:
+        logger.warning("resuming with gradient accumulation %d, %s's (training.gradient_accumulation_steps %d in %s "
+                       "is the start's)", accumulation, complete[-1].name, asked, run.config)
+    if not ended:
+        args.gradient_accumulation_steps = accumulation
+    return dataclasses.replace(config, training=dataclasses.replace(config.training,
+                                                                    gradient_accumulation_steps=accumulation))
+
+
+def _say_the_update_batch(args: VaswaniTrainingArguments, checkpoint: str) -> None:
+    """One line when a run resumes on another number of processes than its checkpoint's: the gradient accumulation
+    `_resumed_update` chose keeps the update."""
+    started = UpdateBatch.of_checkpoint(checkpoint)
+    if started is None or started.processes == args.world_size:
         return
-    accumulation = accumulation_keeping(started, args.world_size, checkpoint)
-    if started.processes != args.world_size:
-        now = UpdateBatch(args.world_size, accumulation, args.max_tokens)
-        logger.warning("resuming on %s where %s was trained on %d: gradient accumulation %d -> %d keeps an update at "
-                       "%d batches (%s; was %s)", processes_text(args.world_size), Path(checkpoint).name,
-                       started.processes, started.gradient_accumulation_steps, accumulation, now.batches,
-                       now.describe(), started.describe())
-    args.gradient_accumulation_steps = accumulation
+    now = UpdateBatch(args.world_size, args.gradient_accumulation_steps, args.max_tokens)
+    logger.warning("resuming on %s where %s was trained on %d: gradient accumulation %d -> %d keeps an update at "
+                   "%d batches (%s; was %s)", processes_text(args.world_size), Path(checkpoint).name,
+                   started.processes, started.gradient_accumulation_steps, now.gradient_accumulation_steps,
+                   now.batches, now.describe(), started.describe())
+
+
+def _data_revision(config: RunConfig, run: RunFolder, resume: bool, args: VaswaniTrainingArguments) -> str | None:
+    """The commit of the run's Hub dataset: on --resume, the one the run started with (its data_revision.json), so
+    that a new commit upstream never changes a resumed run; else the one `data.revision` resolves to now, found by
+    process 0 and shared with the others (nodes asking apart could see different commits). None: local data, or
+    one process that lets `prepare` resolve it."""
+    if not is_hub_source(config.data.path):
+        return None
+    if resume and run.data_revision.is_file():
+        pinned = json.loads(run.data_revision.read_text())["revision"]
+        logger.info("data: %s at commit %s, the commit the run started with (%s)", config.data.path, pinned,
+                    run.data_revision)
+        return pinned
+    if args.world_size == 1:
+        return None
+    found = [hub_commit(config.data.path, cache_folder(config.data), config.data.revision)
+             if args.process_index == 0 else None]
+    torch.distributed.broadcast_object_list(found, src=0)
+    return found[0]
 
 
 def _restore_ended_training(trainer: VaswaniTrainer, state: TrainerState, checkpoints_dir: Path, last: str) -> dict:
