@@ -125,9 +125,10 @@ class VaswaniDropout(nn.Dropout):
     torch's CPU dropout draws a Bernoulli sample per element from a scalar generator, slow enough to weigh on a CPU
     training step (docs/speed.md). Here 64 random bits are drawn per 4 elements and each 16-bit slice is compared
     with a threshold, several times faster forward and backward. The drop probability is `p` rounded to a multiple
-    of 1/65536 (0.1 -> 0.1000061), and kept values are scaled by exactly 1 / (1 - that probability). The bits come
-    from torch's default generator, so seeding and checkpoint resumption work as with nn.Dropout. Other devices and
-    evaluation: nn.Dropout.
+    of 1/65536 (0.1 -> 0.1000061), and kept values are scaled by exactly 1 / (1 - that probability). A float32 input
+    is multiplied by a mask of that scale and 0 (one product forward, one backward); other dtypes, where the scale
+    would round, are selected and scaled. The bits come from torch's default generator, so seeding and checkpoint
+    resumption work as with nn.Dropout. Other devices and evaluation: nn.Dropout.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -137,7 +138,10 @@ class VaswaniDropout(nn.Dropout):
         dropped = round(self.p * 65536)
         words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), None)
         keep = words.view(torch.int16)[: x.numel()].view(x.shape) >= dropped - 32768
-        return torch.where(keep, x * (65536 / (65536 - dropped)), 0.0)
+        scale = 65536 / (65536 - dropped)
+        if x.dtype == torch.float32:
+            return x * keep.to(torch.float32).mul_(scale)
+        return torch.where(keep, x * scale, 0.0)
 
 
 def eager_attention_forward(
