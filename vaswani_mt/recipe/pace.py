@@ -3,9 +3,10 @@
 
 The probe trains a few updates of a throw-away copy of the run (the same model configuration, arguments, batches and
 precision, through the same Trainer) and translates a few validation sentences with the run's beam search, timing
-both. The model it times is untrained, so its translations run to the length limit: the validation estimate is an
-upper bound, which the run replaces by what it measures at its first validation. It writes nothing, and the run
-seeds its own model afterwards, so the probe changes nothing of the run but its start time.
+both. The model it times is untrained and would write to the length limit; its translations are cut at the length
+of the longest reference among them, as long as a trained model's, so that the estimate is what a validation of the
+run costs (the run replaces it by what it measures at its first validation). It writes nothing, and the run seeds
+its own model afterwards, so the probe changes nothing of the run but its start time.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
 from .budget import Pace
 
-PROBE_UPDATES = 6  # the first one (memory set-up) is not timed
+PROBE_UPDATES = 8  # the first two (memory set-up) are not timed
+UNTIMED = 2
 PROBE_SENTENCES = 32
 
 
@@ -45,11 +47,15 @@ def measure_pace(make_trainer, args, valid_dataset, updates: int = PROBE_UPDATES
         for display in (PrinterCallback, ProgressCallback):  # the probe says nothing
             trainer.remove_callback(display)
         trainer.add_callback(clock)
+        trainer.compute_metrics = None  # times the translation, not its scoring
         trainer.train()
-        per_update = (clock.ends[-1] - clock.ends[0]) / max(len(clock.ends) - 1, 1)
+        timed = clock.ends[min(UNTIMED, len(clock.ends) - 1) - 1:]
+        per_update = (timed[-1] - timed[0]) / max(len(timed) - 1, 1)
         probed = valid_dataset.select(range(min(sentences, len(valid_dataset))))
+        longest = max((len(labels) for labels in probed["labels"]), default=1) if "labels" in probed.column_names \
+            else None
         started = time.perf_counter()
-        trainer.predict(probed)
+        trainer.predict(probed, **({"max_new_tokens": longest + 1} if longest else {}))
         per_validation = (time.perf_counter() - started) * len(valid_dataset) / max(len(probed), 1)
     return Pace(per_update, per_validation)
 

@@ -127,6 +127,7 @@ def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started:
     resumed_tokenizer = AutoTokenizer.from_pretrained(run.tokenizer) if resume and (
         run.tokenizer / "tokenizer.json").exists() else None
     revision = _data_revision(config, run, resume, args)
+    keeps_memory = args.device.type == "cpu" and keep_freed_memory()  # before the time budget's probe measures
     with args.main_process_first(desc="data"):  # before the run folder exists: bad data leaves nothing behind
         prepared = prepare(config.data, config.tokenizer, tokenizer=resumed_tokenizer, revision=revision)
     # before the run folder exists too: a budget too short for this machine leaves nothing behind
@@ -135,6 +136,8 @@ def _run(config: RunConfig, run: RunFolder, resume: bool, command: str, started:
     with _run_log(run, args.should_save):
         if args.should_save and (restarts_problem := restarts_across_nodes_problem()):
             logger.warning(restarts_problem)
+        if keeps_memory:
+            logger.info("malloc keeps freed memory for the next step (vaswani_mt.recipe.host_memory)")
         if args.should_save:
             with writing(run.config):
                 save_run_config(config, run.config)
@@ -214,8 +217,6 @@ def _train_and_finish(config: RunConfig, run: RunFolder, args: VaswaniTrainingAr
                       run_started: float) -> RunRecord:
     tokenizer, tokenized = prepared.tokenizer, prepared.tokenized
     logger.info("run folder %s; world size %d; %s", run.root, args.world_size, precision.describe())
-    if args.device.type == "cpu" and keep_freed_memory():
-        logger.info("malloc keeps freed memory for the next step (vaswani_mt.recipe.host_memory)")
     logger.info("data: %s%s; prepared in %s", prepared.report.summary(),
                 f"; {config.data.path} at commit {prepared.revision}" if prepared.revision else "",
                 ", ".join(str(folder) for folder in prepared.folders.values()))
@@ -391,7 +392,7 @@ def _budget_planner(config: RunConfig, args: VaswaniTrainingArguments, prepared,
                               processing_class=tokenizer, data_collator=_collator(config, tokenizer, model))
 
     planner.pace = measure_pace(probe_trainer, args, valid)
-    logger.info("time budget %s: this machine takes %.3f s per update and at most %.0f s per validation (a probe)",
+    logger.info("time budget %s: this machine takes %.3f s per update and about %.0f s per validation (a probe)",
                 duration(t.budget_minutes * 60), planner.pace.seconds_per_update, planner.pace.seconds_per_validation)
     if problem := planner.warmup_problem(t.warmup_steps, t.eval_steps, t.max_steps or 10 ** 9):
         raise ConfigError(problem)
