@@ -8,9 +8,13 @@ Training step (`--shapes`, presets of VaswaniConfig: `small` = d_model 256, 3+3 
 8000; `base` = the paper's base, vocab 37000): forward + backward + fused Adam (betas 0.9/0.98, eps 1e-9) step, on
 random sentence pairs of `--length` source and target tokens, `--tokens` target tokens per step (the paper's ~25k);
 `fp32`, and `bf16` = `torch.autocast(device, bfloat16)` around forward and loss (fp32 weights and optimizer), dropout
-on. Each model uses its own loss. `--warmup-steps` untimed steps first, then `--reps` repetitions of `--steps` steps.
-`--compile` adds both models under `torch.compile` (compiled during the warm-up steps). Prints target tokens/s
-(median, min–max), the ratio to Marian as it comes (eager) per precision and a 6·N·tokens FLOP-rate estimate.
+on. Marian's step computes its own loss (cross-entropy); ours the training's (`vaswani-mt train`'s: label smoothing
+0.1, §5.4). `--warmup-steps` untimed steps first, then `--reps` repetitions of `--steps` steps. `--compile` adds both
+models under `torch.compile` (compiled during the warm-up steps; ours with its loss compiled beside it, as
+`training.torch_compile` trains). Prints target tokens/s (median, min–max), the ratio to Marian as it comes (eager)
+per precision, the model FLOPs per second (`model_flops`: every matrix product of forward and backward, attention's
+included) and MFU, their share of the GPU's dense peak for the precision (a table of known GPUs, or `--peak-tflops`).
+`--profile` then prints, per system, where a step's GPU time goes (torch.profiler: kernels by kind, the busiest).
 
 Decoding of a trained model (`--model`: a folder written by `vaswani-mt train`, e.g. runs/NAME/model, or the run
 folder; with its tokenizer): the non-empty lines of `--input` (default Multi30k test2016.en beside the repository),
@@ -41,6 +45,7 @@ import contextlib
 import copy
 import platform
 import sys
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -73,6 +78,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--warmup-steps", type=int, default=3, help="untimed training steps first (default: 3)")
     parser.add_argument("--compile", action="store_true",
                         help="training: also both models under torch.compile (what training.torch_compile does)")
+    parser.add_argument("--profile", action="store_true",
+                        help="training: after timing, where each system's GPU time goes (torch.profiler)")
+    parser.add_argument("--peak-tflops", type=float,
+                        help="the device's dense peak in TFLOP/s for MFU (default: known GPUs' datasheet figure)")
     parser.add_argument("--model", type=Path, help="trained model folder (runs/NAME/model) for decoding")
     parser.add_argument("--input", type=Path, help=f"source sentences, one a line (default: {DEFAULT_INPUT})")
     parser.add_argument("--limit", type=int, help="decode only the first N sentences (random weights: 1000)")
@@ -147,6 +156,35 @@ def median_rates(timings, work: float) -> tuple[float, list[float]]:
 
 # --- training step --------------------------------------------------------------------------------------------
 
+# Dense datasheet peaks in TFLOP/s (bfloat16 tensor cores, float32 without TF32: torch's default "highest" float32
+# matmul precision) by a part of the name torch gives the GPU; the SXM parts of the H100 and the H200 share one chip.
+PEAK_TFLOPS = {"H100": {"bf16": 989.4, "fp32": 66.9}, "H200": {"bf16": 989.4, "fp32": 66.9},
+               "A100": {"bf16": 312.0, "fp32": 19.5}}
+
+
+def peak_tflops(args, device: torch.device, precision: str) -> float | None:
+    if args.peak_tflops:
+        return args.peak_tflops
+    name = device_name(device) if device.type == "cuda" else ""
+    return next((peaks[precision] for part, peaks in PEAK_TFLOPS.items() if part in name), None)
+
+
+def model_flops(config, pairs: int, source_length: int, target_length: int) -> float:
+    """FLOPs of one training step (forward and backward: 3x the forward's) of `pairs` sentence pairs: 2 per weight
+    of each matrix product per token it multiplies (encoder layers per source token; decoder layers and the output
+    projection over the vocabulary per target token; embedding lookups are no products) and attention's two
+    products, Q K^T and its weights times V, per query and key."""
+    d, heads = config.d_model, config.encoder_attention_heads
+    d_k, d_v = config.head_sizes(heads)
+    attention = d * heads * (2 * d_k + d_v) + heads * d_v * d  # the four projections' weights
+    encoder_layer = attention + 2 * d * config.encoder_ffn_dim
+    decoder_layer = 2 * attention + 2 * d * config.decoder_ffn_dim
+    per_pair = (2 * source_length * config.encoder_layers * encoder_layer
+                + 2 * target_length * (config.decoder_layers * decoder_layer + config.vocab_size * d)
+                + 2 * heads * (d_k + d_v) * (config.encoder_layers * source_length ** 2
+                                             + config.decoder_layers * target_length * (target_length + source_length)))
+    return 3.0 * pairs * per_pair
+
 
 def training_batch(config, tokens: int, length: int, device: torch.device) -> dict:
     """Random pairs of `length` source and target tokens (ending in </s>), `tokens` target tokens in all."""
@@ -158,13 +196,32 @@ def training_batch(config, tokens: int, length: int, device: torch.device) -> di
     return {name: tensor.to(device) for name, tensor in batch.items()}
 
 
-def training_runner(model, batch: dict, steps: int, precision: str, device: torch.device):
+def training_loss(name: str, model, batch: dict):
+    """The loss of a step: Marian's own; ours the training's, label smoothing 0.1 (§5.4) over the model's logits,
+    compiled beside a compiled model as `VaswaniTrainer` does with `training.torch_compile`."""
+    if name.startswith("marian"):
+        return lambda: model(**batch).loss
+    from vaswani_mt.model.modeling_vaswani import label_smoothed_cross_entropy, shift_tokens_right
+    from vaswani_mt.recipe.loss import compiled_label_smoothed_cross_entropy
+
+    loss = compiled_label_smoothed_cross_entropy() if name.endswith("torch.compile") else label_smoothed_cross_entropy
+    labels, config = batch["labels"], model.config
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "use_cache": False,
+              "decoder_input_ids": shift_tokens_right(labels, config.pad_token_id, config.decoder_start_token_id)}
+
+    def compute() -> torch.Tensor:
+        loss_sum, _, tokens = loss(model(**inputs).logits, labels, epsilon=0.1, pad_token_id=config.pad_token_id)
+        return loss_sum / tokens
+    return compute
+
+
+def training_runner(model, loss_of_step, steps: int, precision: str, device: torch.device):
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
     def run(steps: int = steps) -> None:
         for _ in range(steps):
             with autocast(device, precision):
-                loss = model(**batch).loss
+                loss = loss_of_step()
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -180,7 +237,7 @@ def _prepared(model, name: str, device: torch.device):
 
 
 def bench_training(args, device: torch.device) -> Section:
-    """Rows: shape, precision, system, target tok/s, min–max, s/step, vs Marian, TFLOP/s estimate."""
+    """Rows: shape, precision, system, target tok/s, min–max, s/step, vs Marian, model TFLOP/s, MFU."""
     from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration
     from vaswani_mt.model.convert import to_marian
 
@@ -192,32 +249,81 @@ def bench_training(args, device: torch.device) -> Section:
         if args.compile:  # torch.compile of the same weights; its compile time falls in the untimed warm-up
             models.update({f"{name}, torch.compile": model for name, model in list(models.items())})
         batch = training_batch(ours.config, args.tokens, args.length, device)
-        tokens = batch["labels"].numel()
+        pairs, tokens = batch["labels"].shape[0], batch["labels"].numel()
+        flops = model_flops(ours.config, pairs, args.length, args.length)
         parameters = sum(p.numel() for p in ours.parameters() if p.requires_grad)
-        log(f"training, shape {shape} ({parameters / 1e6:.2f}M parameters): {batch['labels'].shape[0]} pairs x "
-            f"{args.length} tokens = {tokens} target tokens/step; {args.reps} reps x {args.steps} steps")
-        systems = {f"{name} {precision}": training_runner(_prepared(model, name, device), batch, args.steps,
-                                                          precision, device)
-                   for precision in args.precisions for name, model in models.items()}
+        log(f"training, shape {shape} ({parameters / 1e6:.2f}M parameters): {pairs} pairs x {args.length} tokens = "
+            f"{tokens} target tokens/step, {flops / 1e12:.2f} TFLOP/step; {args.reps} reps x {args.steps} steps")
+        systems = {}
+        for precision in args.precisions:
+            for name, model in models.items():
+                model = _prepared(model, name, device)
+                systems[f"{name} {precision}"] = training_runner(model, training_loss(name, model, batch),
+                                                                 args.steps, precision, device)
         for run in systems.values():  # allocates Adam state, picks the kernels
             run(args.warmup_steps)
         results = measure(systems, args.reps, args.idle_threshold, args.max_wait, args.max_redo, log=log)
         for precision in args.precisions:
             marian, _ = median_rates(results[f"marian {precision}"], tokens * args.steps)
+            peak = peak_tflops(args, device, precision)
             for name in models:
                 timings = results[f"{name} {precision}"]
                 rate, rates = median_rates(timings, tokens * args.steps)
+                achieved = flops * args.steps / timings.median() / 1e12
                 rows.append(f"| {shape} | {precision} | {name} | {rate:,.0f} | {fmt_range(rates)} | "
-                            f"{timings.median() / args.steps:.4f} | {rate / marian:.2f}x | "
-                            f"{6 * parameters * rate / 1e12:.1f} |")
+                            f"{timings.median() / args.steps:.4f} | {rate / marian:.2f}x | {achieved:.1f} | "
+                            f"{f'{100 * achieved / peak:.1f} %' if peak else '–'} |")
+        if args.profile:
+            for name, run in systems.items():
+                print_profile(f"{shape}, {name}", run, device)
         disturbed += sum(timings.disturbed for timings in results.values())
         del systems, results
         release(device)
     pairs = max(1, args.tokens // args.length)
+    peaks = ", ".join(f"{p} {peak_tflops(args, device, p)}" for p in args.precisions if peak_tflops(args, device, p))
     caption = (f"Training step (forward + backward + fused Adam), {environment(device)}; {pairs} pairs x "
                f"{args.length} tokens = {pairs * args.length:,} target tokens/step, median of {args.reps} x "
-               f"{args.steps} steps")
+               f"{args.steps} steps; MFU against the dense peak in TFLOP/s: {peaks or 'unknown (--peak-tflops)'}")
     return Section(rows, caption, disturbed)
+
+
+# Kernels by kind, by parts of their names (the first kind that matches; cuDNN's attention names "sm90" too).
+KERNEL_KINDS = (("attention", ("flash", "fmha", "attention", "sdpa")),
+                ("matrix products", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "splitk")),
+                ("optimizer", ("adam", "multi_tensor_apply")),
+                ("fused by torch.compile", ("triton",)),
+                ("softmax and loss", ("softmax", "nll", "cross_entropy")),
+                ("layer norm", ("layer_norm", "layernorm", "gammabeta")),
+                ("dropout", ("dropout", "bernoulli")))
+
+
+def print_profile(title: str, run, device: torch.device, steps: int = 3, top: int = 12) -> None:
+    """Where `steps` steps of `run` spend the GPU's time: milliseconds per step by kind of kernel and for the
+    busiest kernels, and how much of the wall time the GPU was busy."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    if device.type != "cuda":
+        print(f"\n{title}: --profile needs a CUDA device")
+        return
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        started = time.perf_counter()
+        run(steps)
+        wall = (time.perf_counter() - started) / steps * 1e3
+    kernels: dict[str, float] = {}
+    for event in profiler.events():
+        if getattr(event, "device_type", None) == DeviceType.CUDA:
+            kernels[event.name] = kernels.get(event.name, 0.0) + event.device_time / steps / 1e3
+    kinds: dict[str, float] = {}
+    for name, ms in kernels.items():
+        kind = next((kind for kind, parts in KERNEL_KINDS if any(p in name.lower() for p in parts)), "other")
+        kinds[kind] = kinds.get(kind, 0.0) + ms
+    busy = sum(kernels.values())
+    print(f"\n{title}: {wall:.1f} ms per step (profiled), kernels {busy:.1f} ms ({100 * busy / wall:.0f} % busy)")
+    for kind, ms in sorted(kinds.items(), key=lambda item: -item[1]):
+        print(f"  {ms:7.2f} ms  {kind}")
+    for name, ms in sorted(kernels.items(), key=lambda item: -item[1])[:top]:
+        print(f"  {ms:7.2f} ms    {name[:110]}")
 
 
 # --- decoding -------------------------------------------------------------------------------------------------
@@ -369,7 +475,7 @@ def bench_decoding(args, setup, device: torch.device) -> Section:
 
 
 TRAINING_HEADER = ("| shape | precision | system | target tok/s (median) | min–max | s/step | vs Marian | "
-                   "TFLOP/s (6·N·tokens) |")
+                   "model TFLOP/s | MFU |")
 DECODING_HEADER = ("| precision | mode | system | seconds | sent/s (median) | min–max | vs Marian | = Marian | "
                    "= transformers loop |")
 

@@ -62,3 +62,26 @@ def test_a_missing_model_folder_is_one_line_and_a_non_zero_exit(tmp_path):
     with pytest.raises(SystemExit) as error:
         _bench_gpu()["main"](["--device", "cpu", "--skip-training", "--model", str(tmp_path / "missing")])
     assert "no saved model" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_model_flops_are_three_times_two_per_weight_and_token_plus_attentions_two_products():
+    from vaswani_mt import VaswaniConfig
+
+    model_flops = _bench_gpu()["model_flops"]
+    config = VaswaniConfig.from_preset("base")
+    d, heads, layers, vocab = 512, 8, 6, config.vocab_size
+    weights = layers * (4 * d * d + 2 * d * 2048) + layers * (8 * d * d + 2 * d * 2048) + vocab * d
+    attention = 2 * heads * (64 + 64) * (layers * 25 ** 2 + layers * 25 * 50)  # per pair: Q K^T and weights x V
+    assert model_flops(config, 1000, 25, 25) == 3 * 1000 * (2 * 25 * weights + attention)
+    parameters = 63_082_496  # the base shape's (docs/model.md): 6 N per token, within attention's 0.6 %
+    assert model_flops(config, 1000, 25, 25) == pytest.approx(6 * parameters * 25_000, rel=0.01)
+
+
+def test_mfu_uses_the_gpus_datasheet_peak_or_the_one_given_and_none_on_an_unknown_device():
+    bench = _bench_gpu()
+    import torch
+
+    cpu = torch.device("cpu")
+    assert bench["peak_tflops"](bench["parse_args"](["--skip-decoding"]), cpu, "bf16") is None
+    assert bench["peak_tflops"](bench["parse_args"](["--peak-tflops", "312"]), cpu, "bf16") == 312
+    assert bench["PEAK_TFLOPS"]["H100"]["bf16"] == bench["PEAK_TFLOPS"]["H200"]["bf16"] == 989.4

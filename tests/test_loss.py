@@ -202,3 +202,22 @@ def test_pad_id_outside_vocabulary_is_rejected():
     logits, labels = _batch()
     with pytest.raises(ValueError, match="pad_token_id"):
         training_loss(logits, labels, pad_token_id=VOCAB)
+
+
+def test_the_compiled_loss_of_compiled_runs_is_the_loss_and_gradient_of_the_eager_one():
+    from vaswani_mt.recipe.loss import compiled_label_smoothed_cross_entropy
+
+    torch.manual_seed(0)
+    labels = torch.randint(0, 50, (3, 7))
+    labels[0, -2:] = -100
+    labels[1, -1] = 1  # the padding id
+    for loss in (label_smoothed_cross_entropy, compiled_label_smoothed_cross_entropy()):
+        logits = torch.randn(3, 7, 50, requires_grad=True)
+        with torch.no_grad():
+            logits.copy_(torch.randn(3, 7, 50, generator=torch.Generator().manual_seed(1)))
+        loss_sum, nll_sum, tokens = loss(logits, labels, epsilon=0.1, pad_token_id=1)
+        loss_sum.backward()
+        if loss is label_smoothed_cross_entropy:
+            expected = (loss_sum.detach(), nll_sum.detach(), tokens, logits.grad)
+    torch.testing.assert_close((loss_sum.detach(), nll_sum.detach(), tokens, logits.grad), expected)
+    assert compiled_label_smoothed_cross_entropy() is compiled_label_smoothed_cross_entropy()  # compiled once

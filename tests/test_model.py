@@ -270,3 +270,31 @@ def test_without_the_package_loops_a_gnmt_call_says_once_that_the_package_applie
         for _ in range(2):
             model.generate(**inputs, num_beams=4, max_new_tokens=5, length_penalty_style="gnmt")
     assert caplog.text.count("length_penalty_style='gnmt' is applied by the vaswani_mt package") == 1
+
+
+def test_compiled_half_precision_training_on_a_gpu_attends_over_short_keys_with_plain_products(
+        make_tiny_model, monkeypatch):
+    """sdpa's fused GPU kernels waste most of their tiles on short sentences; compiled, the plain products are
+    faster there (docs/speed.md). Everywhere else the implementation transformers chose stays."""
+    from types import SimpleNamespace
+
+    from vaswani_mt.model.modeling_vaswani import SHORT_KEYS
+
+    attention = make_tiny_model().train().model.encoder.layers[0].self_attn
+    compiling = [True]
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling[0])
+
+    def chosen(device="cuda", dtype=torch.bfloat16, keys=25, output_attentions=None):
+        query = SimpleNamespace(device=torch.device(device), dtype=dtype)
+        return attention.implementation(query, SimpleNamespace(shape=(2, 4, keys, 8)), output_attentions)
+
+    assert attention.config._attn_implementation == "sdpa"
+    assert chosen() == chosen(dtype=torch.float16) == chosen(keys=SHORT_KEYS) == "eager"
+    assert chosen(keys=SHORT_KEYS + 1) == chosen(dtype=torch.float32) == "sdpa"
+    assert chosen(device="cpu", dtype=torch.float32) == "sdpa"
+    assert chosen(device="cpu") == chosen(output_attentions=True, keys=1000) == "eager"  # as before
+    compiling[0] = False
+    assert chosen() == "sdpa"  # not compiled, sdpa's kernels are the faster
+    compiling[0] = True
+    attention.eval()
+    assert chosen() == "sdpa"

@@ -439,3 +439,21 @@ def test_compiled_training_marks_every_batch_dimension_dynamic_and_does_without_
     assert marked == [(2, 0), (2, 1), (2, 0), (2, 1)]
     monkeypatch.delattr(torch._dynamo, "maybe_mark_dynamic")
     _any_shape({"input_ids": torch.zeros(2, 3)})  # torch's automatic dynamic shapes take over: nothing to do
+
+
+def test_a_training_step_keeps_its_token_count_on_the_device_and_asks_no_loss_whether_it_is_finite(tmp_path):
+    """Nothing in an update waits for a GPU: the target tokens are summed where they are and read at a log step,
+    and transformers' per-update NaN check (logging_nan_inf_filter) is off: a NaN loss is logged as it is."""
+    args = VaswaniTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_tokens=64)
+    assert args.logging_nan_inf_filter is False
+    model = common.make_model(seed=0).train()
+    trainer = VaswaniTrainer(model=model, args=args)
+    batch = common.pad_collator(common.accumulation_examples(PER_DEVICE_BATCH))
+    for _ in range(2):
+        trainer.compute_loss(model, batch)
+    counted = (batch["labels"] != -100) & (batch["labels"] != 0)
+    assert isinstance(trainer._target_tokens_since_log, torch.Tensor)
+    assert int(trainer._target_tokens_since_log) == 2 * int(counted.sum())
+    logs = {"loss": 1.0}
+    trainer.log(logs)
+    assert logs["target_tokens_per_second"] > 0 and trainer._target_tokens_since_log == 0

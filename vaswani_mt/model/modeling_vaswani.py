@@ -175,6 +175,10 @@ def eager_attention_forward(
     return output, weights
 
 
+# Compiled training on a GPU in half precision attends over at most this many keys with plain matrix products.
+SHORT_KEYS = 128
+
+
 class VaswaniAttention(nn.Module):
     """Multi-head attention (§3.2.2): h parallel scaled dot-product attentions over d_k-dimensional queries and keys
     and d_v-dimensional values (d_k = d_v = d_model / h unless the config sets them, Table 3 (B)), concatenated and
@@ -216,6 +220,26 @@ class VaswaniAttention(nn.Module):
                 cache.is_updated[self.layer_idx] = True
         return keys, values
 
+    def implementation(self, query: torch.Tensor, keys: torch.Tensor, output_attentions: bool | None) -> str:
+        """transformers' modeling contract: the implementation chosen at load time (sdpa by default, eager, ...); a
+        config without it (not built by transformers) gets eager attention, the paper's formula as written. Plain
+        matrix products (eager) instead of sdpa where they are faster (docs/speed.md)."""
+        implementation = getattr(self.config, "_attn_implementation", None) or "eager"
+        half = query.dtype in (torch.bfloat16, torch.float16)
+        if output_attentions:
+            return "eager"  # only eager attention returns the weights
+        if query.device.type == "cpu" and half:
+            # torch's CPU flash-attention backward in bf16 is an order of magnitude slower than eager's bf16 matmuls:
+            # it made bf16 autocast training slower than fp32.
+            return "eager"
+        if implementation == "sdpa" and self.training and query.device.type == "cuda" and half \
+                and keys.shape[-2] <= SHORT_KEYS and torch.compiler.is_compiling():
+            # sdpa's fused GPU kernels work in tiles of 64-128 keys: on a batch of short sentences most of each tile
+            # is padding, and they took 13 of a compiled base step's 46 ms on an H200 (25-token sentences), where
+            # torch.compile fuses the plain products' softmax and scaling. Not compiled, sdpa is faster.
+            return "eager"
+        return implementation
+
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -226,15 +250,7 @@ class VaswaniAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         query = self._heads(self.q_proj(hidden_states))
         keys, values = self._keys_values(hidden_states, key_value_states, cache)
-        # transformers' modeling contract: the implementation chosen at load time (sdpa by default, eager, ...); a
-        # config without it (not built by transformers) gets eager attention, the paper's formula as written.
-        implementation = getattr(self.config, "_attn_implementation", None) or "eager"
-        if kwargs.get("output_attentions"):
-            implementation = "eager"  # only eager attention returns the weights
-        elif query.device.type == "cpu" and query.dtype in (torch.bfloat16, torch.float16):
-            # torch's CPU flash-attention backward in bf16 is an order of magnitude slower than eager's bf16 matmuls
-            # (docs/speed.md): it made bf16 autocast training slower than fp32.
-            implementation = "eager"
+        implementation = self.implementation(query, keys, kwargs.get("output_attentions"))
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         output, weights = attention(
             self, query, keys, values, attention_mask,

@@ -47,7 +47,8 @@ from ..precision import choose_precision, default_device
 from ..run_record import RunRecord
 from .budget import BudgetPlanner
 from .config import TrainingConfig
-from .loss import output_projection_in_the_loss, projected_label_smoothed_cross_entropy, projects_in_the_loss
+from .loss import (compiled_label_smoothed_cross_entropy, output_projection_in_the_loss,
+                   projected_label_smoothed_cross_entropy, projects_in_the_loss)
 from .loss_scaling import SkippedUpdates, scale_losses_on_the_cpu
 from .processes import UpdateBatch
 from .rules import cooldown_problem, setting_problem
@@ -100,6 +101,10 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         metadata={"help": "Plan the run's updates from the machine's measured pace so that training and its "
                           "validations end within this many minutes, the cool-down laid over them "
                           "(vaswani_mt.recipe.budget); max_steps then caps the plan."})
+    logging_nan_inf_filter: bool = field(
+        default=False,
+        metadata={"help": "transformers' default (True) asks every update's loss whether it is finite, which waits "
+                          "for a GPU to finish the update; off, a NaN or infinite loss is logged as it is."})
     adam_beta2: float = field(default=_RECIPE.adam_beta2, metadata={"help": "§5.3: beta_2 = 0.98."})
     adam_epsilon: float = field(default=_RECIPE.adam_epsilon, metadata={"help": "§5.3: epsilon = 1e-9."})
     weight_decay: float = field(default=_RECIPE.weight_decay, metadata={"help": "None in the paper."})
@@ -328,10 +333,10 @@ class VaswaniTrainer(Seq2SeqTrainer):
             outputs = None
         else:
             outputs = model(**inputs, use_cache=False)
-            loss_sum, _, num_tokens = label_smoothed_cross_entropy(outputs.logits, labels, epsilon=epsilon,
-                                                                   pad_token_id=pad_token_id)
-        if model.training:
-            self._target_tokens_since_log += int(num_tokens)
+            loss = compiled_label_smoothed_cross_entropy() if self.args.torch_compile else label_smoothed_cross_entropy
+            loss_sum, _, num_tokens = loss(outputs.logits, labels, epsilon=epsilon, pad_token_id=pad_token_id)
+        if model.training:  # kept where it is (a GPU's memory) until a log step reads it: no wait for the GPU here
+            self._target_tokens_since_log = self._target_tokens_since_log + num_tokens.detach()
         if num_items_in_batch is None:
             loss = loss_sum / num_tokens.clamp(min=1)
         else:
@@ -344,7 +349,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
             now = time.perf_counter()
-            tokens = self._target_tokens_since_log * self.accelerator.num_processes
+            tokens = int(self._target_tokens_since_log) * self.accelerator.num_processes
             logs["target_tokens_per_second"] = round(tokens / max(now - self._last_log_time, 1e-9), 1)
             self._target_tokens_since_log, self._last_log_time = 0, now
             scaler = getattr(self.accelerator, "scaler", None)
