@@ -3,6 +3,7 @@ layers below it, the model files import nothing else of the package, no import h
 is no import loop."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,31 @@ def test_the_layers_the_test_knows_are_the_packages_folders():
     folders = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()}
     leaves = {path.stem for path in PACKAGE.glob("*.py") if path.name != "__init__.py"}
     assert folders | leaves == set(RANKS) - {""}
+
+
+def architecture_rows() -> dict[str, str]:
+    """ARCHITECTURE.md's table of layers: each name in a row's first cell (`data/`, `files.py`) -> the row."""
+    rows = {}
+    for line in (PACKAGE.parent / "ARCHITECTURE.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("| `"):
+            for name in re.findall(r"`([^`]+)`", line.split("|")[1]):
+                rows[name] = line
+    return rows
+
+
+def test_every_module_of_the_package_is_named_in_its_layers_row_of_architecture_md():
+    rows, missing = architecture_rows(), []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).parts
+        if len(parts) == 1:
+            named, row = parts[0], rows.get(parts[0], "")
+        elif parts[1] != "__init__.py":  # a module of a layer's folder, or a folder inside it (metrics' evaluate module)
+            named, row = parts[1] if len(parts) == 2 else f"{parts[1]}/", rows.get(f"{parts[0]}/", "")
+        else:
+            continue
+        if f"`{named}`" not in row:
+            missing.append(str(path.relative_to(PACKAGE.parent)))
+    assert not missing, f"modules ARCHITECTURE.md's table of layers does not name in their layer's row: {missing}"
 
 
 SAVED_CODE = {"vaswani_mt.model.configuration_vaswani", "vaswani_mt.model.modeling_vaswani",
