@@ -41,6 +41,7 @@ import argparse
 import ast
 import os
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -587,7 +588,7 @@ def parse_log(system: str, text: str, target_tokens_per_sentence: float = 0.0) -
 def make_job(system: str, args, data: Data, folder: Path, updates: int | None, minutes: float | None) -> Job:
     batch = getattr(args, f"batch_{system.replace('-', '_')}")
     if system == "ours":
-        return job_ours(data, folder, batch, updates, minutes, args.ours_override)
+        return job_ours(data, folder, batch, updates, minutes, shlex.split(args.ours_override))
     if system == "fairseq":
         return job_fairseq(args.cache_dir, data, folder, batch, updates, minutes)
     if system in ("opennmt-py", "eole"):
@@ -798,7 +799,9 @@ def translate_command(system: str, args, data: Data, test: TestSet, folder: Path
 
 def race(args, data: Data) -> list[str]:
     found = versions(args.cache_dir, args.systems)
-    lines = [f"| system | version | updates in {args.race:g} min | target tokens per update | BLEU (test2016, beam 5) |",
+    test_name = f"first {args.test_lines} lines of test2016" if args.test_lines else "test2016"
+    lines = [f"| system | version | updates in {args.race:g} min (last logged) | target tokens per update | "
+             f"BLEU ({test_name}, beam 5) |",
              "|---|---|---|---|---|"]
     signature, test = "", test_set(args, data)
     for system in args.systems:
@@ -858,8 +861,8 @@ def main(argv=None) -> int:
     for system in SYSTEMS:
         parser.add_argument(f"--batch-{system}", type=int, default=DEFAULT_BATCH[system],
                             help=f"{NAMES[system]}'s {BATCH_FLAGS[system]} (default %(default)s)")
-    parser.add_argument("--ours-override", nargs="+", default=[], metavar="ARG",
-                        help="more `vaswani-mt train` options, e.g. --ours-override=--training.seed=2")
+    parser.add_argument("--ours-override", default="", metavar="OPTIONS",
+                        help='more `vaswani-mt train` options, e.g. --ours-override="--training.seed 2"')
     parser.add_argument("--idle-threshold", type=float, default=0.1, help="max cores other processes may use")
     parser.add_argument("--max-wait", type=float, default=120.0, help="seconds to wait for an idle machine")
     parser.add_argument("--max-redo", type=int, default=1, help="reruns of a run other processes disturbed")
