@@ -228,7 +228,8 @@ def rewrite_dataclass_defaults(source: str, classes: set[str]) -> tuple[str, int
 # `Config.__dataclass_fields__[k].default` (fairseq/dataclass/initialize.py hands it to hydra): MISSING once the
 # field has a default_factory, so it becomes the factory's product where there is one.
 FIELD_DEFAULT = re.compile(r"(\w+)\.__dataclass_fields__\[(\w+)\]\.default(?!_)")
-FIELD_DEFAULT_FIX = r"(lambda f: f.default_factory() if callable(f.default_factory) else f.default)(\1.__dataclass_fields__[\2])"
+FIELD_DEFAULT_FIX = (r"(lambda f: f.default_factory() if callable(f.default_factory) else f.default)"
+                     r"(\1.__dataclass_fields__[\2])")
 
 
 def patch_fairseq(package: Path) -> int:
@@ -381,7 +382,8 @@ def job_ours(data: Data, folder: Path, batch: int, updates: int | None, minutes:
         "data.path": str(data.raw), "training.precision": "fp32", "training.num_threads": THREADS,
         "training.max_tokens": batch, "training.budget_minutes": "null", "training.warmup_steps": WARMUP,
         "training.noam_factor": NOAM_FACTOR, "training.cooldown_steps": 0, "training.label_smoothing": 0.1,
-        "training.logging_steps": 10, "training.average_last": 0, "training.average_every": "null", "training.keep_checkpoints": 1,
+        "training.logging_steps": 10, "training.average_last": 0, "training.average_every": "null",
+        "training.keep_checkpoints": 1,
         "training.eval_steps": 10 ** 7, "data.valid_subset": 100, "data.test_split": "null",
         "model.config.dropout": 0.2,
     }
@@ -753,6 +755,23 @@ def latest(paths, pattern: str) -> Path:
     return max(numbered)[1]
 
 
+# fairseq-interactive, without the encoder's "BetterTransformer" path that fairseq 0.12.2 takes for a post-norm model
+# loaded from a checkpoint: its call of torch._transformer_encoder_layer_fwd fails on torch 2.x ("Mask Type should be
+# defined"). The layers compute the same through their ordinary path.
+FAIRSEQ_INTERACTIVE = r"""
+import sys
+from fairseq.modules import transformer_layer
+load = transformer_layer.TransformerEncoderLayerBase._load_from_state_dict
+def load_without_fast_path(self, *args, **kwargs):
+    load(self, *args, **kwargs)
+    self.load_to_BT = False
+transformer_layer.TransformerEncoderLayerBase._load_from_state_dict = load_without_fast_path
+from fairseq_cli.interactive import cli_main
+sys.argv[0] = "fairseq-interactive"
+cli_main()
+"""
+
+
 @dataclass
 class TestSet:
     raw: Path  # source sentences
@@ -780,7 +799,7 @@ def translate_command(system: str, args, data: Data, test: TestSet, folder: Path
         return [sys.executable, "-m", "vaswani_mt.cli", "translate", str(folder / "run" / "model"), "--input",
                 str(test.raw), "--output", str(output), "--num-beams", "5"]
     if system == "fairseq":  # reads the pieces from --input; prints H-<id> lines
-        return [venv_bin(cache, "fairseq", "fairseq-interactive"), str(data.fairseq_bin), "--path",
+        return [python_of(cache, "fairseq"), "-c", FAIRSEQ_INTERACTIVE, str(data.fairseq_bin), "--path",
                 str(folder / "checkpoints" / "checkpoint_last.pt"), "--source-lang", "en", "--target-lang", "de",
                 "--input", source, "--beam", "5", "--batch-size", "64", "--buffer-size", "64", "--cpu"]
     if system == "opennmt-py":
@@ -818,6 +837,8 @@ def race(args, data: Data) -> list[str]:
         print(f"  {system}: translating test2016 ({intervals[-1].update} updates)", file=sys.stderr)
         log = folder / "translate.out"
         env = peer_env({"PYTHONPATH": str(REPO)} if system == "ours" else None)
+        if system == "fairseq":  # torch >= 2.6 loads only tensors by default; fairseq's checkpoints hold more
+            env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
         if system == "fairseq":  # its hypotheses are the H-<id> lines of its output, in pieces
             run_logged(command, log, env=env, what="fairseq-interactive")
             hypotheses = dict(re.findall(r"^H-(\d+)\t[^\t]*\t(.*)$", log.read_text(encoding="utf-8"), re.M))

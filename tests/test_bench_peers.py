@@ -23,28 +23,43 @@ def bench():
         sys.modules.pop("bench_peers", None)
 
 
-OURS = """\
-2026-11-27 13:42:39,390 INFO vaswani_mt.train: train: step 1/30, loss 9.807, lr 2.50e-06, 1,451 target tok/s, elapsed 2 s, ETA 1 min 12 s
-2026-11-27 13:42:55,081 INFO vaswani_mt.train: train: step 10/30, loss 9.745, lr 2.50e-05, 2,136 target tok/s, elapsed 18 s, ETA 36 s
-2026-11-27 13:43:02,669 INFO vaswani_mt.train: train: step 20/30, loss 9.521, lr 5.00e-05, 5,252 target tok/s, elapsed 26 s, ETA 13 s
-"""
-FAIRSEQ = """\
-2026-11-27 13:43:29 | INFO | train_inner | epoch 001:     10 / 115 loss=13.799, nll_loss=13.78, ppl=14071.5, wps=3196.9, ups=0.79, wpb=4012.4, bsz=274.4, num_updates=10, lr=2.50988e-05, gnorm=2.742, train_wall=13, wall=14
-2026-11-27 13:43:42 | INFO | train_inner | epoch 001:     20 / 115 loss=13.434, nll_loss=13.376, ppl=10628.7, wps=2829.5, ups=0.77, wpb=3669.7, bsz=247.2, num_updates=20, lr=5.00975e-05, gnorm=2.373, train_wall=13, wall=27
-"""
-OPENNMT = """\
-[2026-11-27 13:44:07,440 INFO] Start training loop and validate every 10000000 steps...
-[2026-11-27 13:44:28,187 INFO] Step 10/   30; acc: 0.0; ppl: 9636.1; xent: 9.2; lr: 0.00003; sents:    2587; bsz: 3586/3861/259; 1728/1861 tok/s;     21 sec;
-"""
-EOLE = """\
-[2026-11-27 13:45:25,018 INFO] Step 10/   30; acc: 0.0; ppl: 9761.57; xent: 9.19; aux: 0.000; mtp: 0.000; attn_ent: 2.381; lr: 2.50e-05; sents:    2587; bsz: 3586/3861/259; 2252/2425 tok/s;     16 sec;
-[2026-11-27 13:45:37,833 INFO] Step 20/   30; acc: 0.1; ppl: 9110.01; xent: 9.12; aux: 0.000; mtp: 0.000; attn_ent: 2.331; lr: 5.00e-05; sents:    2723; bsz: 3451/3940/272; 2693/3074 tok/s;     29 sec;
-"""
-SOCKEYE = """\
-[INFO:sockeye.training] Training started.
-[INFO:sockeye.training] E=0 B=20\ts/sec=71.63 tok/sec=1503.60 u/sec=0.26\tppl=9881.550590 
-"""
-SOCKEYE_CHECKPOINT = "[INFO:sockeye.training] Checkpoint [1]\tUpdates=30 Epoch=0 Samples=8696 Time-cost=95.269 Updates/sec=104966.007\n"
+OURS = (
+    '2026-11-27 13:42:39,390 INFO vaswani_mt.train: train: step 1/30, loss 9.807, lr 2.50e-06, '
+    '1,451 target tok/s, elapsed 2 s, ETA 1 min 12 s\n'
+    '2026-11-27 13:42:55,081 INFO vaswani_mt.train: train: step 10/30, loss 9.745, lr 2.50e-05,'
+    ' 2,136 target tok/s, elapsed 18 s, ETA 36 s\n'
+    '2026-11-27 13:43:02,669 INFO vaswani_mt.train: train: step 20/30, loss 9.521, lr 5.00e-05,'
+    ' 5,252 target tok/s, elapsed 26 s, ETA 13 s\n'
+)
+FAIRSEQ = (
+    '2026-11-27 13:43:29 | INFO | train_inner | epoch 001:     10 / 115 loss=13.799, nll_loss=1'
+    '3.78, ppl=14071.5, wps=3196.9, ups=0.79, wpb=4012.4, bsz=274.4, num_updates=10, lr=2.50988'
+    'e-05, gnorm=2.742, train_wall=13, wall=14\n'
+    '2026-11-27 13:43:42 | INFO | train_inner | epoch 001:     20 / 115 loss=13.434, nll_loss=1'
+    '3.376, ppl=10628.7, wps=2829.5, ups=0.77, wpb=3669.7, bsz=247.2, num_updates=20, lr=5.0097'
+    '5e-05, gnorm=2.373, train_wall=13, wall=27\n'
+)
+OPENNMT = (
+    '[2026-11-27 13:44:07,440 INFO] Start training loop and validate every 10000000 steps...\n'
+    '[2026-11-27 13:44:28,187 INFO] Step 10/   30; acc: 0.0; ppl: 9636.1; xent: 9.2; lr: 0.0000'
+    '3; sents:    2587; bsz: 3586/3861/259; 1728/1861 tok/s;     21 sec;\n'
+)
+EOLE = (
+    '[2026-11-27 13:45:25,018 INFO] Step 10/   30; acc: 0.0; ppl: 9761.57; xent: 9.19; aux: 0.0'
+    '00; mtp: 0.000; attn_ent: 2.381; lr: 2.50e-05; sents:    2587; bsz: 3586/3861/259; 2252/24'
+    '25 tok/s;     16 sec;\n'
+    '[2026-11-27 13:45:37,833 INFO] Step 20/   30; acc: 0.1; ppl: 9110.01; xent: 9.12; aux: 0.0'
+    '00; mtp: 0.000; attn_ent: 2.331; lr: 5.00e-05; sents:    2723; bsz: 3451/3940/272; 2693/30'
+    '74 tok/s;     29 sec;\n'
+)
+SOCKEYE = (
+    '[INFO:sockeye.training] Training started.\n'
+    '[INFO:sockeye.training] E=0 B=20\ts/sec=71.63 tok/sec=1503.60 u/sec=0.26\tppl=9881.550590 \n'
+)
+SOCKEYE_CHECKPOINT = (
+    '[INFO:sockeye.training] Checkpoint [1]\tUpdates=30 Epoch=0 Samples=8696 Time-cost=95.269 Up'
+    'dates/sec=104966.007\n'
+)
 
 
 def test_ours(bench):
