@@ -120,7 +120,7 @@ def install(cache: Path, names: list[str]) -> None:
     for name in ["tools", *names]:
         spec, venv = INSTALLS[name], venv_of(cache, name)
         log = cache / "logs" / f"install-{name}.log"
-        print(f"installing {name} {spec.version} into {venv} (log: {log})", file=sys.stderr)
+        print(f"installing {' '.join(filter(None, (name, spec.version)))} into {venv} (log: {log})", file=sys.stderr)
         if not (venv / "bin" / "python").exists():
             run_logged([sys.executable, "-m", "venv", str(venv)], log, what=f"creating the venv of {name}")
             run_logged([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--upgrade", "pip"], log,
