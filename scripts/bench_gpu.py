@@ -52,7 +52,8 @@ from typing import NamedTuple
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_common import MULTI30K, find_model_folder, fmt_range, measure, read_text_lines  # noqa: E402
+from benchmark_common import (  # noqa: E402
+    MULTI30K, find_model_folder, fmt_range, measure, model_flops, read_text_lines)
 
 DEFAULT_INPUT = MULTI30K / "test2016.en"
 MODES = (("greedy", 1), ("beam4", 4))
@@ -167,23 +168,6 @@ def peak_tflops(args, device: torch.device, precision: str) -> float | None:
         return args.peak_tflops
     name = device_name(device) if device.type == "cuda" else ""
     return next((peaks[precision] for part, peaks in PEAK_TFLOPS.items() if part in name), None)
-
-
-def model_flops(config, pairs: int, source_length: int, target_length: int) -> float:
-    """FLOPs of one training step (forward and backward: 3x the forward's) of `pairs` sentence pairs: 2 per weight
-    of each matrix product per token it multiplies (encoder layers per source token; decoder layers and the output
-    projection over the vocabulary per target token; embedding lookups are no products) and attention's two
-    products, Q K^T and its weights times V, per query and key."""
-    d, heads = config.d_model, config.encoder_attention_heads
-    d_k, d_v = config.head_sizes(heads)
-    attention = d * heads * (2 * d_k + d_v) + heads * d_v * d  # the four projections' weights
-    encoder_layer = attention + 2 * d * config.encoder_ffn_dim
-    decoder_layer = 2 * attention + 2 * d * config.decoder_ffn_dim
-    per_pair = (2 * source_length * config.encoder_layers * encoder_layer
-                + 2 * target_length * (config.decoder_layers * decoder_layer + config.vocab_size * d)
-                + 2 * heads * (d_k + d_v) * (config.encoder_layers * source_length ** 2
-                                             + config.decoder_layers * target_length * (target_length + source_length)))
-    return 3.0 * pairs * per_pair
 
 
 def training_batch(config, tokens: int, length: int, device: torch.device) -> dict:

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_common import MULTI30K, LoadMonitor, wait_for_idle  # noqa: E402
+from benchmark_common import MULTI30K, LoadMonitor, model_flops, wait_for_idle  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path(os.environ.get("VASWANI_MT_PEERS_CACHE", Path.home() / ".cache" / "vaswani_mt" / "peers"))
@@ -321,9 +321,44 @@ class Data:
         return self.root / "fairseq-bin"
 
     def target_tokens_per_sentence(self) -> float:
+        return self.tokens_per_sentence("de")
+
+    def tokens_per_sentence(self, lang: str) -> float:
         import json
 
-        return json.loads((self.root / "stats.json").read_text())["tokens_per_sentence_de"]
+        return json.loads((self.root / "stats.json").read_text())[f"tokens_per_sentence_{lang}"]
+
+
+def matmul_rate(size: int = 2048, repetitions: int = 5) -> float:
+    """This CPU's float32 matrix-product rate in GFLOP/s on THREADS threads: torch.mm of two size x size matrices,
+    the median of `repetitions` after a warm-up."""
+    import torch
+
+    torch.set_num_threads(THREADS)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    seconds = []
+    for _ in range(repetitions):
+        started = time.perf_counter()
+        torch.mm(a, b)
+        seconds.append(time.perf_counter() - started)
+    return 2 * size**3 / statistics.median(seconds) / 1e9
+
+
+def share_of_the_cpu(data: Data, ours_rate: float, args) -> str:
+    """Ours' model FLOPs per second against the CPU's own float32 matrix-product rate: FLOPs per target token from
+    `model_flops` at the training data's mean source and target lengths (the shared subword model's, and EOS)."""
+    from vaswani_mt import VaswaniConfig
+
+    config = VaswaniConfig.from_preset("mini", vocab_size=VOCAB)
+    source, target = data.tokens_per_sentence("en"), data.tokens_per_sentence("de")
+    per_token = model_flops(config, 1, source, target) / target
+    wait_for_idle(args.idle_threshold, args.max_wait)
+    cpu = matmul_rate()
+    ours = ours_rate * per_token / 1e9
+    return (f"float32 matrix products on this CPU: {cpu:.0f} GFLOP/s (torch.mm 2048 x 2048 x 2048, {THREADS} threads, "
+            f"median of 5); ours: {ours:.0f} GFLOP/s of model FLOPs ({per_token / 1e6:.1f} MFLOP per target token at "
+            f"{source:.1f} source and {target:.1f} target tokens per sentence) = {100 * ours / cpu:.0f} % of it")
 
 
 def prepare(cache: Path, raw: Path, systems: list[str]) -> Data:
@@ -913,6 +948,8 @@ def main(argv=None) -> int:
         results = speed(args, data)
         print(cpu_line())
         print("\n".join(speed_table(args, results, found)))
+        if "ours" in results:
+            print(share_of_the_cpu(data, results["ours"].rate(), args))
         if any(r.disturbed for r in results.values()):
             print("WARNING: some runs were disturbed by other processes; treat the figures as rough")
         return 0

@@ -150,3 +150,20 @@ def measure(systems: dict, repetitions: int, threshold: float, max_wait: float, 
 
 def fmt_range(values: list[float]) -> str:
     return f"{min(values):.1f}–{max(values):.1f}"
+
+
+def model_flops(config, pairs: float, source_length: float, target_length: float) -> float:
+    """FLOPs of one training step (forward and backward: 3x the forward's) of `pairs` sentence pairs: 2 per weight
+    of each matrix product per token it multiplies (encoder layers per source token; decoder layers and the output
+    projection over the vocabulary per target token; embedding lookups are no products) and attention's two
+    products, Q K^T and its weights times V, per query and key."""
+    d, heads = config.d_model, config.encoder_attention_heads
+    d_k, d_v = config.head_sizes(heads)
+    attention = d * heads * (2 * d_k + d_v) + heads * d_v * d  # the four projections' weights
+    encoder_layer = attention + 2 * d * config.encoder_ffn_dim
+    decoder_layer = 2 * attention + 2 * d * config.decoder_ffn_dim
+    per_pair = (2 * source_length * config.encoder_layers * encoder_layer
+                + 2 * target_length * (config.decoder_layers * decoder_layer + config.vocab_size * d)
+                + 2 * heads * (d_k + d_v) * (config.encoder_layers * source_length ** 2
+                                             + config.decoder_layers * target_length * (target_length + source_length)))
+    return 3.0 * pairs * per_pair

@@ -147,3 +147,25 @@ def test_missing_data_or_environment_is_one_line(bench, capsys, tmp_path):
             (tmp_path / "data" / f"{split}.{lang}").write_text("a\n")
     assert bench.main(["--cache-dir", str(tmp_path), "--data", str(tmp_path / "data")]) == 1
     assert "tools is not installed" in capsys.readouterr().err
+
+
+def test_ours_share_of_the_cpu_is_its_model_flops_per_second_over_the_cpus_float32_product_rate(
+        bench, tmp_path, monkeypatch):
+    import json
+
+    from benchmark_common import model_flops
+    from vaswani_mt import VaswaniConfig
+
+    (tmp_path / "stats.json").write_text(json.dumps({"tokens_per_sentence_en": 15.0, "tokens_per_sentence_de": 16.0}))
+    monkeypatch.setattr(bench, "matmul_rate", lambda: 200.0)
+    monkeypatch.setattr(bench, "wait_for_idle", lambda *args: 0.0)
+    line = bench.share_of_the_cpu(bench.Data(tmp_path, tmp_path), 5000.0, type("A", (), {
+        "idle_threshold": 0.1, "max_wait": 1.0}))
+    per_token = model_flops(VaswaniConfig.from_preset("mini", vocab_size=10000), 1, 15.0, 16.0) / 16.0
+    assert 15e6 < per_token < 17e6  # 6 x 2.6M parameters, and attention's share
+    assert f"ours: {5000 * per_token / 1e9:.0f} GFLOP/s" in line and "200 GFLOP/s" in line
+    assert line.endswith(f"= {100 * 5000 * per_token / 1e9 / 200:.0f} % of it")
+
+
+def test_the_cpus_float32_product_rate_is_measured_in_gflops(bench):
+    assert 1.0 < bench.matmul_rate(size=256, repetitions=3) < 1e5
