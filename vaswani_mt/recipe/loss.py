@@ -77,7 +77,8 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-from ..model.modeling_vaswani import VaswaniForConditionalGeneration, check_loss_arguments, label_smoothed_cross_entropy
+from ..model.modeling_vaswani import (VaswaniForConditionalGeneration, check_loss_arguments,
+                                     label_smoothed_cross_entropy)
 
 __all__ = ["compiled_label_smoothed_cross_entropy", "output_projection_in_the_loss",
            "projected_label_smoothed_cross_entropy", "projects_in_the_loss"]

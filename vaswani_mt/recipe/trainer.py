@@ -333,8 +333,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
             outputs = None
         else:
             outputs = model(**inputs, use_cache=False)
-            loss = compiled_label_smoothed_cross_entropy() if self.args.torch_compile else label_smoothed_cross_entropy
-            loss_sum, _, num_tokens = loss(outputs.logits, labels, epsilon=epsilon, pad_token_id=pad_token_id)
+            smoothed = (compiled_label_smoothed_cross_entropy() if self.args.torch_compile
+                        else label_smoothed_cross_entropy)
+            loss_sum, _, num_tokens = smoothed(outputs.logits, labels, epsilon=epsilon, pad_token_id=pad_token_id)
         if model.training:  # kept where it is (a GPU's memory) until a log step reads it: no wait for the GPU here
             self._target_tokens_since_log = self._target_tokens_since_log + num_tokens.detach()
         if num_items_in_batch is None:
