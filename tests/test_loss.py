@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from vaswani_mt.model.modeling_vaswani import label_smoothed_cross_entropy
 from vaswani_mt.recipe import loss as recipe_loss
-from vaswani_mt.recipe.loss import projected_label_smoothed_cross_entropy
+from vaswani_mt.recipe.loss import projected_label_smoothed_cross_entropy, smoothed_cross_entropy_of_logits
 
 VOCAB = 11
 PAD = 1
@@ -47,12 +47,14 @@ def training_loss(logits, labels, epsilon=0.1, **kwargs):
     return projected_label_smoothed_cross_entropy(logits, torch.eye(logits.shape[-1]), labels, epsilon, **kwargs)
 
 
-# The training loss (projected, on CPU) and the model's own function (one log_softmax) meet the same specification.
-BOTH = pytest.mark.parametrize("loss_function", [training_loss, label_smoothed_cross_entropy],
-                               ids=["training_loss", "models_loss"])
+# The training losses (the projection inside, on CPU; the gradient in the forward pass, for compiled runs) and the
+# model's own function (one log_softmax) meet the same specification.
+EVERY_LOSS = pytest.mark.parametrize(
+    "loss_function", [training_loss, label_smoothed_cross_entropy, smoothed_cross_entropy_of_logits],
+    ids=["training_loss", "models_loss", "gradient_in_forward"])
 
 
-@BOTH
+@EVERY_LOSS
 @pytest.mark.parametrize("pad_token_id", [None, PAD])
 @pytest.mark.parametrize("epsilon", [0.1, 0.3])
 def test_matches_brute_force_smoothed_distribution(epsilon, pad_token_id, loss_function):
@@ -73,7 +75,7 @@ def test_epsilon_zero_equals_cross_entropy_sum():
     torch.testing.assert_close((loss, nll), (expected, expected))
 
 
-@BOTH
+@EVERY_LOSS
 @pytest.mark.parametrize("pad_token_id", [None, PAD])
 def test_gradient_matches_brute_force(pad_token_id, loss_function):
     logits, labels = _batch(seed=1)
@@ -96,7 +98,7 @@ def test_ignored_and_pad_positions_get_no_loss_and_zero_gradient():
     assert torch.all(logits.grad[~skipped].abs().sum(-1) > 0)
 
 
-@BOTH
+@EVERY_LOSS
 def test_ignored_positions_with_infinite_logits_do_not_poison_the_sum_or_the_gradient(loss_function):
     logits, labels = _batch(seed=3)
     logits[0, -1] = float("-inf")  # position 0,-1 is ignored (-100)
@@ -221,3 +223,19 @@ def test_the_compiled_loss_of_compiled_runs_is_the_loss_and_gradient_of_the_eage
             expected = (loss_sum.detach(), nll_sum.detach(), tokens, logits.grad)
     torch.testing.assert_close((loss_sum.detach(), nll_sum.detach(), tokens, logits.grad), expected)
     assert compiled_label_smoothed_cross_entropy() is compiled_label_smoothed_cross_entropy()  # compiled once
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_gradient_in_the_forward_pass_is_the_models_loss_and_gradient_in_the_logits_dtype(dtype):
+    """Compiled, as a compiled run computes it; bfloat16 logits give a bfloat16 gradient (autograd's dtype too)."""
+
+    logits, labels = _batch(seed=3, dtype=dtype)
+    results = []
+    for loss in (label_smoothed_cross_entropy, torch.compile(smoothed_cross_entropy_of_logits, dynamic=True)):
+        scores = logits.detach().clone().requires_grad_()
+        loss_sum, nll_sum, tokens = loss(scores, labels, epsilon=0.1, pad_token_id=PAD)
+        (loss_sum / tokens).backward()
+        results.append((loss_sum.detach(), nll_sum.detach(), tokens, scores.grad))
+    assert results[1][3].dtype == dtype
+    tolerance = {} if dtype == torch.float32 else {"atol": 1e-3, "rtol": 1e-2}
+    torch.testing.assert_close(results[1], results[0], **tolerance)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModel, AutoModelForSeq2SeqLM, GenerationConfig
 
-from vaswani_mt import VaswaniForConditionalGeneration, VaswaniModel
+from vaswani_mt import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniModel
 from vaswani_mt.model.modeling_vaswani import CACHE_FIELD, sinusoidal_table
 
 
@@ -272,13 +272,13 @@ def test_without_the_package_loops_a_gnmt_call_says_once_that_the_package_applie
     assert caplog.text.count("length_penalty_style='gnmt' is applied by the vaswani_mt package") == 1
 
 
-def test_compiled_half_precision_training_on_a_gpu_attends_over_short_keys_with_plain_products(
+def test_compiled_half_precision_training_on_a_gpu_attends_over_short_keys_with_the_memory_efficient_kernel(
         make_tiny_model, monkeypatch):
-    """sdpa's fused GPU kernels waste most of their tiles on short sentences; compiled, the plain products are
+    """sdpa's default GPU kernel wastes most of its tiles on short sentences; compiled, its memory-efficient kernel is
     faster there (docs/speed.md). Everywhere else the implementation transformers chose stays."""
     from types import SimpleNamespace
 
-    from vaswani_mt.model.modeling_vaswani import SHORT_KEYS
+    from vaswani_mt.model.modeling_vaswani import MEMORY_EFFICIENT_SDPA, SHORT_KEYS
 
     attention = make_tiny_model().train().model.encoder.layers[0].self_attn
     compiling = [True]
@@ -289,7 +289,7 @@ def test_compiled_half_precision_training_on_a_gpu_attends_over_short_keys_with_
         return attention.implementation(query, SimpleNamespace(shape=(2, 4, keys, 8)), output_attentions)
 
     assert attention.config._attn_implementation == "sdpa"
-    assert chosen() == chosen(dtype=torch.float16) == chosen(keys=SHORT_KEYS) == "eager"
+    assert chosen() == chosen(dtype=torch.float16) == chosen(keys=SHORT_KEYS) == MEMORY_EFFICIENT_SDPA
     assert chosen(keys=SHORT_KEYS + 1) == chosen(dtype=torch.float32) == "sdpa"
     assert chosen(device="cpu", dtype=torch.float32) == "sdpa"
     assert chosen(device="cpu") == chosen(output_attentions=True, keys=1000) == "eager"  # as before
@@ -298,3 +298,67 @@ def test_compiled_half_precision_training_on_a_gpu_attends_over_short_keys_with_
     compiling[0] = True
     attention.eval()
     assert chosen() == "sdpa"
+
+
+def test_the_memory_efficient_choice_runs_transformers_sdpa_inside_that_kernel_restriction(
+        make_tiny_model, monkeypatch):
+    """The choice is carried out, not only named: transformers' sdpa function runs while torch's sdpa is held to
+    its memory-efficient kernel, and returns what sdpa returns unrestricted."""
+    from torch.nn.attention import SDPBackend
+
+    from vaswani_mt.model import modeling_vaswani as modeling
+
+    attention = make_tiny_model().eval().model.encoder.layers[0].self_attn
+    hidden = torch.randn(2, 5, attention.config.d_model)
+    expected = attention(hidden)[0]
+    seen, sdpa = [], torch.nn.functional.scaled_dot_product_attention
+
+    def restricted_here(*args, **kwargs):  # on the CPU the memory-efficient kernel does not exist: sdpa unrestricted
+        backends = torch.backends.cuda
+        seen.append(backends.mem_efficient_sdp_enabled() and not backends.flash_sdp_enabled()
+                    and not backends.math_sdp_enabled())
+        with torch.nn.attention.sdpa_kernel([SDPBackend.MATH, SDPBackend.FLASH_ATTENTION]):
+            return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", restricted_here)
+    monkeypatch.setattr(modeling.VaswaniAttention, "implementation", lambda *a: modeling.MEMORY_EFFICIENT_SDPA)
+    torch.testing.assert_close(attention(hidden)[0], expected)
+    assert seen == [True]
+
+
+def _uniform_bound(tensor: torch.Tensor) -> float:
+    return tensor.abs().max().item()
+
+
+@pytest.mark.parametrize("initialization", ["xavier", "fairseq"])
+def test_a_new_model_starts_its_weight_matrices_as_its_initialization_says(initialization):
+    """"xavier": Xavier-uniform, zero biases everywhere. "fairseq": as fairseq's transformer, query/key/value Xavier
+    with gain 1/sqrt(2) and feed-forward layers as torch's nn.Linear starts them (bound 1/sqrt(fan_in)), their
+    biases too; attention output projections Xavier with zero bias either way."""
+    torch.manual_seed(0)
+    config = VaswaniConfig.from_preset("mini", vocab_size=1000, initialization=initialization)
+    layer = VaswaniForConditionalGeneration(config).model.decoder.layers[0]
+    d, ffn = config.d_model, config.decoder_ffn_dim
+    xavier = (6 / (d + d)) ** 0.5
+    fairseq = initialization == "fairseq"
+    for attention in (layer.self_attn, layer.encoder_attn):
+        for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
+            bound = xavier * (2**-0.5 if fairseq else 1.0)
+            assert 0.97 * bound < _uniform_bound(projection.weight) <= bound
+            assert (_uniform_bound(projection.bias) > 0.9 * d**-0.5) if fairseq else not projection.bias.any()
+        assert 0.97 * xavier < _uniform_bound(attention.out_proj.weight) <= xavier
+        assert not attention.out_proj.bias.any()
+    for fc, fan_in, fan_out in ((layer.ffn.fc1, d, ffn), (layer.ffn.fc2, ffn, d)):
+        bound = fan_in**-0.5 if fairseq else (6 / (fan_in + fan_out)) ** 0.5
+        assert 0.97 * bound < _uniform_bound(fc.weight) <= bound
+        assert (_uniform_bound(fc.bias) > 0.9 * fan_in**-0.5) if fairseq else not fc.bias.any()
+
+
+def test_a_saved_model_loads_its_own_weights_whatever_its_initialization(tmp_path):
+    torch.manual_seed(0)
+    model = VaswaniForConditionalGeneration(VaswaniConfig.from_preset("tiny", initialization="fairseq"))
+    model.save_pretrained(tmp_path)
+    loaded = VaswaniForConditionalGeneration.from_pretrained(tmp_path)
+    assert loaded.config.initialization == "fairseq"
+    for (name, saved), again in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(saved, again), name

@@ -158,6 +158,25 @@ def test_vocabulary_is_joint_over_both_languages(multi30k_tokenizer):
     assert "▁the" in vocab and "▁und" in vocab  # frequent English and German words are whole pieces
 
 
+def test_no_piece_joins_punctuation_to_letters_so_a_word_is_one_piece_before_a_comma_or_full_stop(
+        multi30k_tokenizer):
+    """As SentencePiece splits where the script changes: "bushes." is "▁bushes" + "." and shares "▁bushes" with the
+    word elsewhere; a run of punctuation stays one pre-token."""
+    pieces = multi30k_tokenizer.tokenize("Two young, White males are outside near many bushes.")
+    assert pieces[:3] == ["▁Two", "▁young", ","] and pieces[-2:] == ["▁bushes", "."]
+    assert not [p for p in multi30k_tokenizer.get_vocab()
+                if any(c.isalpha() for c in p) and any(c in ",.;:!?" for c in p)]
+    for text in ("Er sagt: „Hallo!“ ...", "The woman's hat -- red?!", "a , b . c", "T-Shirt, 3.5 m."):
+        assert round_trip(multi30k_tokenizer, text) == text
+
+
+def test_split_punctuation_false_splits_words_at_spaces_only():
+    sentence = "Two dogs play in the snow, while a child watches."
+    assert "w," in small_tokenizer(split_punctuation=False).tokenize(sentence)  # a piece across "snow,"
+    assert "w," not in small_tokenizer().tokenize(sentence)
+    assert round_trip(small_tokenizer(split_punctuation=False), "Der Hut ist rot; grün!") == "Der Hut ist rot; grün!"
+
+
 def test_unseen_characters_round_trip_through_byte_fallback(multi30k_tokenizer):
     text = "Ærø, 😀 und 漢字 sind neu."
     assert "😀" not in "".join(multi30k_tokenizer.get_vocab())

@@ -104,7 +104,7 @@ def prepare(data, tokenizer_config, tokenizer: PreTrainedTokenizerFast | None = 
             cache_dir: str | os.PathLike | None = None, revision: str | None = None) -> PreparedData:
     """The corpus of a run config's `data` section, prepared (or found prepared) in the cache. `tokenizer` (an
     existing one, e.g. a resumed run's) is used as it is; else `tokenizer_config.path`, else the joint BPE learned
-    on the training split (`tokenizer_config`: vocab_size, min_frequency, sample). `revision`: the commit of a Hub
+    on the training split (`tokenizer_config`: vocab_size, min_frequency, sample, split_punctuation). `revision`: the commit of a Hub
     dataset to read (a resumed run's); None: the one `data.revision` (default: main) resolves to now."""
     cache = cache_folder(data, cache_dir)
     workers = getattr(data, "workers", None)
@@ -144,9 +144,11 @@ def prepare(data, tokenizer_config, tokenizer: PreTrainedTokenizerFast | None = 
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_config.path)
     if tokenizer is None:
         sample = getattr(tokenizer_config, "sample", None)
-        bpe_key = fingerprint(code, corpus_key, tokenizer_config.vocab_size, tokenizer_config.min_frequency, sample)
+        split_punctuation = getattr(tokenizer_config, "split_punctuation", True)
+        bpe_key = fingerprint(code, corpus_key, tokenizer_config.vocab_size, tokenizer_config.min_frequency, sample,
+                              split_punctuation)
         learned = {"vocab_size": tokenizer_config.vocab_size, "min_frequency": tokenizer_config.min_frequency,
-                   "sample": sample}
+                   "sample": sample, "split_punctuation": split_punctuation}
         folders["bpe"] = cached(f"bpe-{bpe_key}", lambda tmp: _learn_bpe(
             tmp, corpus, files[data.train_split], keep[data.train_split], src, tgt, tokenizer_config, sample),
             corpus=corpus.name, tokenizer=learned)
@@ -266,6 +268,7 @@ def _learn_bpe(tmp: Path, corpus: Path, names: list[str], keep: np.ndarray, src:
                  desc="Learning BPE")
     tokenizer = train_tokenizer(texts, vocab_size=tokenizer_config.vocab_size,
                                 min_frequency=tokenizer_config.min_frequency, length=2 * used,
+                                split_punctuation=getattr(tokenizer_config, "split_punctuation", True),
                                 show_progress=sys.stdout.isatty() and sys.stderr.isatty())
     tokenizer.save_pretrained(tmp)
 

@@ -29,7 +29,8 @@ Text normalisation (the one documented contract for whitespace)
 Round trip
     For normalised text, ``tokenizer.decode(tokenizer(x).input_ids, skip_special_tokens=True) == x``:
     words are split with SentencePiece's ``Metaspace`` scheme (a space becomes part of the next piece
-    as ``▁``), so spaces before punctuation, casing and umlauts come back exactly, and
+    as ``▁``) and, by default, punctuation from letters (``split_punctuation``: ``bushes.`` is ``▁bushes``
+    + ``.``, no piece spans both), so spaces before punctuation, casing and umlauts come back exactly, and
     ``clean_up_tokenization_spaces`` is switched off so transformers does not "fix" spacing.
     The one exception is the character ``▁`` (U+2581) itself, which is the word-boundary marker and
     decodes as a space.
@@ -194,12 +195,18 @@ def _add_byte_tokens(trained: Tokenizer) -> models.BPE:
     return models.BPE(vocab=vocab, merges=merges, unk_token=UNK_TOKEN, byte_fallback=True)
 
 
-def _build_backend(model: models.BPE, byte_fallback: bool) -> Tokenizer:
+def _build_pre_tokenizer(split_punctuation: bool) -> pre_tokenizers.PreTokenizer:
+    """Words at spaces (``Metaspace``); with `split_punctuation`, each run of punctuation a piece of its own too."""
+    words = pre_tokenizers.Metaspace(replacement=_WORD_BOUNDARY, prepend_scheme="always", split=True)
+    if not split_punctuation:
+        return words
+    return pre_tokenizers.Sequence([words, pre_tokenizers.Punctuation(behavior="contiguous")])
+
+
+def _build_backend(model: models.BPE, byte_fallback: bool, split_punctuation: bool) -> Tokenizer:
     tokenizer = Tokenizer(model)
     tokenizer.normalizer = _build_normalizer()
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(
-        replacement=_WORD_BOUNDARY, prepend_scheme="always", split=True
-    )
+    tokenizer.pre_tokenizer = _build_pre_tokenizer(split_punctuation)
     metaspace = decoders.Metaspace(replacement=_WORD_BOUNDARY, prepend_scheme="always", split=True)
     # ByteFallback must run before Metaspace: it turns runs of <0xNN> tokens back into characters.
     tokenizer.decoder = decoders.Sequence([decoders.ByteFallback(), metaspace]) if byte_fallback else metaspace
@@ -251,6 +258,7 @@ def train_tokenizer(
     split: str = "train",
     show_progress: bool = False,
     length: int | None = None,
+    split_punctuation: bool = True,
 ) -> PreTrainedTokenizerFast:
     """Learn a joint BPE vocabulary over source and target text and return a fast tokenizer.
 
@@ -272,6 +280,9 @@ def train_tokenizer(
         split: the split of a ``DatasetDict`` to learn from.
         show_progress: show the ``tokenizers`` training progress bars (on a terminal).
         length: how many sentences the corpus yields, if known: the progress bar then shows an ETA.
+        split_punctuation: pieces never join punctuation to letters: ``"bushes."`` is ``▁bushes`` + ``.``, as
+            SentencePiece splits where the Unicode script changes. Without it (words split at spaces only),
+            ``▁bushes.``, ``▁bushes,`` and ``▁bushes`` are learned as three unrelated pieces.
 
     Returns:
         A ``PreTrainedTokenizerFast`` whose encodings end with ``</s>``; ``<pad>``/``<unk>``/``<s>``/
@@ -288,7 +299,7 @@ def train_tokenizer(
 
     scratch = Tokenizer(models.BPE(unk_token=UNK_TOKEN))
     scratch.normalizer = _build_normalizer()
-    scratch.pre_tokenizer = pre_tokenizers.Metaspace(replacement=_WORD_BOUNDARY, prepend_scheme="always", split=True)
+    scratch.pre_tokenizer = _build_pre_tokenizer(split_punctuation)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - (NUM_BYTE_TOKENS if byte_fallback else 0),
         min_frequency=min_frequency,
@@ -300,12 +311,12 @@ def train_tokenizer(
         raise ValueError("train_tokenizer: the corpus is empty; nothing to learn a vocabulary from")
 
     model = _add_byte_tokens(scratch) if byte_fallback else scratch.model
-    backend = _build_backend(model, byte_fallback)
+    backend = _build_backend(model, byte_fallback, split_punctuation)
     backend.add_special_tokens(list(SPECIAL_TOKENS))
     _check_special_ids(backend)
     logger.info(
-        "trained joint BPE tokenizer: %d tokens (%d learned, byte_fallback=%s)",
-        backend.get_vocab_size(), scratch.get_vocab_size() - len(SPECIAL_TOKENS), byte_fallback,
+        "trained joint BPE tokenizer: %d tokens (%d learned, byte_fallback=%s, split_punctuation=%s)",
+        backend.get_vocab_size(), scratch.get_vocab_size() - len(SPECIAL_TOKENS), byte_fallback, split_punctuation,
     )
     return wrap_tokenizer(backend, model_max_length=model_max_length)
 

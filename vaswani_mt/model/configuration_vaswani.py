@@ -43,6 +43,7 @@ PRESETS: dict[str, dict] = {
 
 NORM_STYLES = ("post", "pre")
 POSITION_EMBEDDINGS = ("sinusoidal", "learned")
+INITIALIZATIONS = ("xavier", "fairseq")
 # Text preprocessing applied to raw input before the tokenizer (the model was trained on such text); see `preprocess`.
 PREPROCESSING = ("lowercase_moses",)
 _POSITIVE_INTS = ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
@@ -73,6 +74,9 @@ def _check_field(name: str, value) -> None:
     elif name == "position_embedding":
         if value not in POSITION_EMBEDDINGS:
             raise ValueError(f"VaswaniConfig.position_embedding must be one of {POSITION_EMBEDDINGS}, got {value!r}")
+    elif name == "initialization":
+        if value not in INITIALIZATIONS:
+            raise ValueError(f"VaswaniConfig.initialization must be one of {INITIALIZATIONS}, got {value!r}")
     elif name == "preprocess":
         if value is not None and value not in PREPROCESSING:
             raise ValueError(f"VaswaniConfig.preprocess must be None or one of {PREPROCESSING}, got {value!r}")
@@ -139,6 +143,13 @@ class VaswaniConfig(PreTrainedConfig):
         norm_style (`str`, defaults to `"post"`):
             `"post"`: LayerNorm(x + Sublayer(x)), as in the paper (§3.1). `"pre"`: x + Sublayer(LayerNorm(x)),
             with a final LayerNorm after each stack (Wang et al. 2019; trains without warm-up tricks at depth).
+        initialization (`str`, defaults to `"xavier"`):
+            How a new model's weight matrices start (the paper does not say). `"xavier"`: Xavier-uniform with zero
+            biases everywhere (the Annotated Transformer). `"fairseq"`: fairseq's transformer: query, key and value
+            projections Xavier-uniform with gain 1/sqrt(2), the feed-forward layers and those biases torch's own
+            `nn.Linear` initialisation (Kaiming-uniform, a = sqrt(5): about half Xavier's scale for the second
+            layer); attention output projections Xavier with zero bias. On Multi30k's `mini` shape it learned
+            faster per update (docs/recipe.md). Token embeddings are N(0, d_model^-0.5) either way.
         layer_norm_eps (`float`, defaults to 1e-5):
             Epsilon of every LayerNorm (torch's default, as in `torch.nn.Transformer` and Marian).
         scale_embedding (`bool`, defaults to `True`):
@@ -192,6 +203,7 @@ class VaswaniConfig(PreTrainedConfig):
     max_position_embeddings: int = 1024
     position_embedding: str = "sinusoidal"
     norm_style: str = "post"
+    initialization: str = "xavier"
     layer_norm_eps: float = 1e-5
     scale_embedding: bool = True
     share_embeddings: bool = True
@@ -239,7 +251,7 @@ class VaswaniConfig(PreTrainedConfig):
     def validate_fields(self) -> None:
         """Raise `ValueError` naming the field and the rule for any invalid value."""
         for name in (*_POSITIVE_INTS, *_PROBABILITIES, "norm_style", "layer_norm_eps", "activation_function",
-                     "preprocess", "d_k", "d_v", "position_embedding"):
+                     "preprocess", "d_k", "d_v", "position_embedding", "initialization"):
             _check_field(name, getattr(self, name))
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             heads = getattr(self, name)

@@ -10,6 +10,7 @@ faster decoding loops plug in from the installed package (`VaswaniForConditional
 """
 
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -175,8 +176,18 @@ def eager_attention_forward(
     return output, weights
 
 
-# Compiled training on a GPU in half precision attends over at most this many keys with plain matrix products.
+# Compiled training on a GPU in half precision attends over at most this many keys with sdpa held to its
+# memory-efficient kernel (`VaswaniAttention.implementation`).
 SHORT_KEYS = 128
+# The name `VaswaniAttention.implementation` gives that choice: transformers' sdpa, inside `memory_efficient_kernel()`.
+MEMORY_EFFICIENT_SDPA = "sdpa, memory-efficient kernel"
+
+
+def memory_efficient_kernel():
+    """torch's sdpa restricted to its memory-efficient kernel (a context manager torch.compile traces)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION])
 
 
 class VaswaniAttention(nn.Module):
@@ -198,6 +209,8 @@ class VaswaniAttention(nn.Module):
         self.k_proj = nn.Linear(config.d_model, num_heads * self.head_dim)
         self.v_proj = nn.Linear(config.d_model, num_heads * self.value_dim)
         self.out_proj = nn.Linear(num_heads * self.value_dim, config.d_model)
+        for projection in (self.q_proj, self.k_proj, self.v_proj):
+            projection.initialization_role = "attention input"  # read by `_init_weights`
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         """[batch, seq, heads * size] -> [batch, heads, seq, size]"""
@@ -222,8 +235,9 @@ class VaswaniAttention(nn.Module):
 
     def implementation(self, query: torch.Tensor, keys: torch.Tensor, output_attentions: bool | None) -> str:
         """transformers' modeling contract: the implementation chosen at load time (sdpa by default, eager, ...); a
-        config without it (not built by transformers) gets eager attention, the paper's formula as written. Plain
-        matrix products (eager) instead of sdpa where they are faster (docs/speed.md)."""
+        config without it (not built by transformers) gets eager attention, the paper's formula as written. Where
+        measured faster (docs/speed.md): plain matrix products (eager) in half precision on a CPU, and sdpa's
+        memory-efficient kernel (`MEMORY_EFFICIENT_SDPA`) in compiled half-precision training on a GPU."""
         implementation = getattr(self.config, "_attn_implementation", None) or "eager"
         half = query.dtype in (torch.bfloat16, torch.float16)
         if output_attentions:
@@ -234,10 +248,10 @@ class VaswaniAttention(nn.Module):
             return "eager"
         if implementation == "sdpa" and self.training and query.device.type == "cuda" and half \
                 and keys.shape[-2] <= SHORT_KEYS and torch.compiler.is_compiling():
-            # sdpa's fused GPU kernels work in tiles of 64-128 keys: on a batch of short sentences most of each tile
-            # is padding, and they took 13 of a compiled base step's 46 ms on an H200 (25-token sentences), where
-            # torch.compile fuses the plain products' softmax and scaling. Not compiled, sdpa is faster.
-            return "eager"
+            # sdpa's default GPU kernel on an H100/H200 (cuDNN's) works in tiles of 64-128 keys: on a batch of short
+            # sentences most of each tile is padding, and it took 13 of a compiled base step's 46 ms on an H200
+            # (25-token sentences). The memory-efficient kernel wastes less there (docs/speed.md).
+            return MEMORY_EFFICIENT_SDPA
         return implementation
 
     def forward(
@@ -251,11 +265,15 @@ class VaswaniAttention(nn.Module):
         query = self._heads(self.q_proj(hidden_states))
         keys, values = self._keys_values(hidden_states, key_value_states, cache)
         implementation = self.implementation(query, keys, kwargs.get("output_attentions"))
+        kernel = contextlib.nullcontext()
+        if implementation == MEMORY_EFFICIENT_SDPA:
+            implementation, kernel = "sdpa", memory_efficient_kernel()
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
-        output, weights = attention(
-            self, query, keys, values, attention_mask,
-            dropout=self.attention_dropout if self.training else 0.0, scaling=self.scaling, **kwargs,
-        )
+        with kernel:
+            output, weights = attention(
+                self, query, keys, values, attention_mask,
+                dropout=self.attention_dropout if self.training else 0.0, scaling=self.scaling, **kwargs,
+            )
         return self.out_proj(output.reshape(*hidden_states.shape[:-1], -1)), weights
 
 
@@ -268,6 +286,7 @@ class VaswaniFeedForward(nn.Module):
         self.activation = ACT2FN[config.activation_function]
         self.activation_dropout = VaswaniDropout(config.activation_dropout)
         self.fc2 = nn.Linear(ffn_dim, config.d_model)
+        self.fc1.initialization_role = self.fc2.initialization_role = "feed-forward"  # read by `_init_weights`
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.activation_dropout(self.activation(self.fc1(hidden_states))))
@@ -356,10 +375,21 @@ class VaswaniPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """Xavier-uniform weight matrices with zero biases, as the Annotated Transformer and fairseq do; token
-        embeddings N(0, d_model^-0.5) so that, scaled by sqrt(d_model) (§3.4), they start at unit variance like
-        the positional encodings they are added to."""
+        """Weight matrices as `config.initialization` says: Xavier-uniform with zero biases (the Annotated
+        Transformer), or fairseq's transformer's (query/key/value Xavier with gain 1/sqrt(2), feed-forward layers and
+        those biases as torch's `nn.Linear` starts them); token embeddings N(0, d_model^-0.5) so that, scaled by
+        sqrt(d_model) (§3.4), they start at unit variance like the positional encodings they are added to."""
         if isinstance(module, nn.Linear):
+            role = getattr(module, "initialization_role", None)
+            if getattr(self.config, "initialization", "xavier") == "fairseq" and role is not None:
+                bound = module.in_features**-0.5  # torch's nn.Linear bias
+                if role == "feed-forward":  # torch's nn.Linear weight: Kaiming-uniform, a = sqrt(5)
+                    init.kaiming_uniform_(module.weight, a=math.sqrt(5))
+                else:
+                    init.xavier_uniform_(module.weight, gain=2**-0.5)
+                if module.bias is not None:
+                    init.uniform_(module.bias, -bound, bound)
+                return
             init.xavier_uniform_(module.weight)
             if module.bias is not None:
                 init.zeros_(module.bias)

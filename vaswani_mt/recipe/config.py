@@ -78,6 +78,9 @@ class TokenizerConfig:
     vocab_size: int = 8000
     min_frequency: int = 2
     sample: int | None = None  # learn the BPE on this many training pairs, evenly spread (None: all of them)
+    # no piece joins punctuation to letters ("bushes." = "▁bushes" + "."), as SentencePiece splits where the script
+    # changes; false: words split at spaces only, and "bushes.", "bushes," and "bushes" are three unrelated pieces
+    split_punctuation: bool = True
 
 
 @dataclass
