@@ -150,7 +150,8 @@ def prepare(data, tokenizer_config, tokenizer: PreTrainedTokenizerFast | None = 
         learned = {"vocab_size": tokenizer_config.vocab_size, "min_frequency": tokenizer_config.min_frequency,
                    "sample": sample, "split_punctuation": split_punctuation}
         folders["bpe"] = cached(f"bpe-{bpe_key}", lambda tmp: _learn_bpe(
-            tmp, corpus, files[data.train_split], keep[data.train_split], src, tgt, tokenizer_config, sample),
+            tmp, corpus, files[data.train_split], keep[data.train_split], src, tgt, tokenizer_config, sample,
+            split_punctuation),
             corpus=corpus.name, tokenizer=learned)
         tokenizer = AutoTokenizer.from_pretrained(folders["bpe"])
         origin_of_tokenizer = {**learned, "bpe": folders["bpe"].name}
@@ -256,7 +257,7 @@ def _kept_texts(folder: Path, names: list[str], keep: np.ndarray, src: str, tgt:
 
 
 def _learn_bpe(tmp: Path, corpus: Path, names: list[str], keep: np.ndarray, src: str, tgt: str, tokenizer_config,
-               sample: int | None) -> None:
+               sample: int | None, split_punctuation: bool) -> None:
     kept = int(keep.sum())
     stride = max(1, -(-kept // sample)) if sample else 1
     used = len(range(0, kept, stride))
@@ -268,7 +269,7 @@ def _learn_bpe(tmp: Path, corpus: Path, names: list[str], keep: np.ndarray, src:
                  desc="Learning BPE")
     tokenizer = train_tokenizer(texts, vocab_size=tokenizer_config.vocab_size,
                                 min_frequency=tokenizer_config.min_frequency, length=2 * used,
-                                split_punctuation=getattr(tokenizer_config, "split_punctuation", True),
+                                split_punctuation=split_punctuation,
                                 show_progress=sys.stdout.isatty() and sys.stderr.isatty())
     tokenizer.save_pretrained(tmp)
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
@@ -185,8 +186,6 @@ MEMORY_EFFICIENT_SDPA = "sdpa, memory-efficient kernel"
 
 def memory_efficient_kernel():
     """torch's sdpa restricted to its memory-efficient kernel (a context manager torch.compile traces)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION])
 
 

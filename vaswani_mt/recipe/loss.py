@@ -147,16 +147,23 @@ def projected_label_smoothed_cross_entropy(
                          f"got {tuple(hidden_states.shape)}, {tuple(labels.shape)} and {tuple(weight.shape)}")
     check_loss_arguments(labels.new_empty((*labels.shape, vocab_size), dtype=torch.float32), labels, epsilon,
                          pad_token_id)
-    targets = labels.reshape(-1)
-    counted = targets != ignore_index
-    if pad_token_id is not None:
-        counted &= targets != pad_token_id
-    delta = epsilon / (vocab_size - (2 if pad_token_id is not None else 1))
+    targets, counted, delta = _counted_targets(labels, vocab_size, epsilon, ignore_index, pad_token_id)
     compute = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else hidden_states.dtype
     loss_sum, nll_sum = _ProjectedSmoothedCrossEntropy.apply(
         hidden_states, weight, None if bias is None else bias.reshape(-1), targets, counted, epsilon, delta,
         pad_token_id, compute)
     return loss_sum, nll_sum, counted.sum()
+
+
+def _counted_targets(labels: torch.Tensor, vocab_size: int, epsilon: float, ignore_index: int,
+                     pad_token_id: int | None) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """The flat targets, which of them count (neither `ignore_index` nor padding), and δ, the smoothing mass of
+    each other class (module docstring)."""
+    targets = labels.reshape(-1)
+    counted = targets != ignore_index
+    if pad_token_id is not None:
+        counted = counted & (targets != pad_token_id)
+    return targets, counted, epsilon / (vocab_size - (2 if pad_token_id is not None else 1))
 
 
 def _row_blocks(rows: int, vocab_size: int):
@@ -237,11 +244,7 @@ def smoothed_cross_entropy_of_logits(
     compiled, the forward reads them for the sums and again for the gradient, writes the gradient once, and the
     backward scales it. ``nll_sum`` carries no gradient."""
     check_loss_arguments(logits, labels, epsilon, pad_token_id)
-    targets = labels.reshape(-1)
-    counted = targets != ignore_index
-    if pad_token_id is not None:
-        counted = counted & (targets != pad_token_id)
-    delta = epsilon / (logits.shape[-1] - (2 if pad_token_id is not None else 1))
+    targets, counted, delta = _counted_targets(labels, logits.shape[-1], epsilon, ignore_index, pad_token_id)
     loss_sum, nll_sum = _SmoothedCrossEntropyOfLogits.apply(logits, targets, counted, epsilon, delta, pad_token_id)
     return loss_sum, nll_sum, counted.sum()
 
