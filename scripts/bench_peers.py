@@ -388,6 +388,9 @@ def prepare(cache: Path, raw: Path, systems: list[str]) -> Data:
 
 # -- one training run per system ---------------------------------------------------------------------------------------
 WARMUP, PEAK_LR, NOAM_FACTOR = 800, 2e-3, 0.64  # 0.64 * 128**-0.5 * 800**-0.5 = 2.0e-3
+# sockeye's inv-sqrt-decay is base_lr * min(1, t / warmup) / sqrt(max(t, warmup)): its base rate for the same
+# peak is PEAK_LR * sqrt(WARMUP) (sockeye.lr_scheduler.LearningRateSchedulerInvSqrtDecay).
+SOCKEYE_BASE_LR = PEAK_LR * WARMUP ** 0.5
 THREADS = 2
 # Each system's batch flag, set so that its measured target tokens per update match ours at max_tokens 4096 (about
 # 3,850 with our BPE) within 5 %: fairseq 3,874, OpenNMT-py and eole 3,834, sockeye 3,841 on Multi30k train (the
@@ -509,7 +512,7 @@ def job_sockeye(cache: Path, data: Data, folder: Path, batch: int, updates: int 
                "--transformer-preprocess", "", "--transformer-postprocess", "drn",
                "--transformer-dropout-prepost", "0.2", "--transformer-dropout-attention", "0",
                "--transformer-dropout-act", "0", "--label-smoothing", "0.1", "--optimizer", "adam",
-               "--optimizer-betas", "0.9:0.98", "--optimizer-eps", "1e-9", "--initial-learning-rate", str(PEAK_LR),
+               "--optimizer-betas", "0.9:0.98", "--optimizer-eps", "1e-9", "--initial-learning-rate", str(SOCKEYE_BASE_LR),
                "--learning-rate-scheduler-type", "inv-sqrt-decay", "--learning-rate-warmup", str(WARMUP),
                "--batch-type", "word", "--batch-size", str(batch), "--max-seq-len", "128", "--use-cpu",
                "--seed", "1", "--decode-and-evaluate", "0", "--keep-last-params", "2",

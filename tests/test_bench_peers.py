@@ -169,3 +169,36 @@ def test_ours_share_of_the_cpu_is_its_model_flops_per_second_over_the_cpus_float
 
 def test_the_cpus_float32_product_rate_is_measured_in_gflops(bench):
     assert 1.0 < bench.matmul_rate(size=256, repetitions=3) < 1e5
+
+
+def _option(command: list[str], flag: str) -> float:
+    return float(command[command.index(flag) + 1])
+
+
+def test_every_system_warms_up_to_the_same_peak_learning_rate(bench, tmp_path):
+    """Each toolkit states its schedule in its own terms; read with each toolkit's formula, all reach PEAK_LR at the
+    end of the warm-up (sockeye's inv-sqrt-decay divides its base rate by sqrt(warm-up): given PEAK_LR itself, it
+    peaked 28x lower)."""
+    import json
+
+    for name in bench.INSTALLS:  # the jobs look for each toolkit's interpreter
+        (bench.venv_of(tmp_path, name) / "bin").mkdir(parents=True)
+        (bench.venv_of(tmp_path, name) / "bin" / "python").touch()
+    data = bench.Data(tmp_path / "multi30k", tmp_path / "prepared")
+    warmup, peak = bench.WARMUP, bench.PEAK_LR
+    ours = bench.job_ours(data, tmp_path / "ours", 4096, 100, None, []).command
+    noam = _option(ours, "--training.noam_factor") * 128 ** -0.5 * _option(ours, "--training.warmup_steps") ** -0.5
+    fairseq = bench.job_fairseq(tmp_path, data, tmp_path / "f", 4860, 100, None).command
+    onmt = json.loads(bench.job_onmt(tmp_path, data, tmp_path / "o", 4670, 100, 100, eole=False).config)
+    eole = json.loads(bench.job_onmt(tmp_path, data, tmp_path / "e", 4670, 100, 100, eole=True).config)["training"]
+    sockeye = bench.job_sockeye(tmp_path, data, tmp_path / "s", 3800, 100, 100).command
+    sockeye_warmup = _option(sockeye, "--learning-rate-warmup")
+    rates = {
+        "ours": noam,
+        "fairseq": _option(fairseq, "--lr") if _option(fairseq, "--warmup-updates") == warmup else None,
+        "opennmt-py": onmt["learning_rate"] * 128 ** -0.5 * onmt["warmup_steps"] ** -0.5,
+        "eole": eole["learning_rate"] * 128 ** -0.5 * eole["warmup_steps"] ** -0.5,
+        "sockeye": _option(sockeye, "--initial-learning-rate") / sockeye_warmup ** 0.5,
+    }
+    assert rates == pytest.approx({system: peak for system in rates}, rel=1e-3)
+    assert sockeye_warmup == onmt["warmup_steps"] == eole["warmup_steps"] == warmup

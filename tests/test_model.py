@@ -40,6 +40,55 @@ def test_eager_and_sdpa_attention_agree_within_1e_5(make_tiny_model, padded_batc
     assert (sdpa - eager).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("keys", [1, 7, 15, 16, 33])
+def test_attention_softmax_equals_torch_softmax_and_its_gradient_for_short_and_long_rows(dtype, keys):
+    """Rows shorter than SHORT_ROW go through ShortRowSoftmax (torch's CPU kernel is slow there), longer ones through
+    torch's softmax; both give torch's float32 softmax and gradient, masked keys (the dtype's lowest value) included,
+    a fully masked row uniform as in torch."""
+    from vaswani_mt.model.modeling_vaswani import attention_softmax
+
+    generator = torch.Generator().manual_seed(keys)
+    scores = (torch.randn(3, 2, 5, keys, generator=generator) * 4).to(dtype)
+    scores[0, :, :, keys // 2:] = torch.finfo(dtype).min  # padding keys (none left out when keys == 1)
+    scores[1, 0, 2, :] = torch.finfo(dtype).min  # a row with nothing to attend to
+    grad = torch.randn(3, 2, 5, keys, generator=generator)
+    ours, reference = scores.clone().requires_grad_(), scores.clone().requires_grad_()
+    weights = attention_softmax(ours)
+    expected = torch.softmax(reference, dim=-1, dtype=torch.float32)
+    weights.backward(grad)
+    expected.backward(grad)
+    assert weights.dtype == torch.float32 and ours.grad.dtype == dtype
+    assert torch.allclose(weights, expected, atol=1e-6, rtol=1e-5)
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-2
+    assert torch.allclose(ours.grad.float(), reference.grad.float(), atol=tolerance, rtol=tolerance)
+
+
+def test_training_on_cpu_attends_with_plain_products_and_keeps_sdpas_loss_and_gradients(make_tiny_model,
+                                                                                          padded_batch):
+    """CPU training (float32 too) takes eager attention, torch's flash-attention kernel being slower there
+    (docs/speed.md); without dropout the loss and every gradient are sdpa's to float tolerance."""
+    model = make_tiny_model(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    attention = model.model.encoder.layers[0].self_attn
+    query = torch.zeros(1, 1, 1, 8)
+
+    def loss_and_gradients(training: bool):
+        model.train(training)
+        model.zero_grad()
+        loss = model(**padded_batch).loss
+        loss.backward()
+        return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    assert attention.implementation(query, query, None) == "sdpa"  # evaluation keeps transformers' choice
+    sdpa_loss, sdpa_grads = loss_and_gradients(training=False)
+    eager_loss, eager_grads = loss_and_gradients(training=True)
+    assert attention.implementation(query, query, None) == "eager"
+    assert torch.allclose(eager_loss, sdpa_loss, atol=1e-6)
+    assert eager_grads.keys() == sdpa_grads.keys()
+    for name, grad in eager_grads.items():
+        assert torch.allclose(grad, sdpa_grads[name], atol=1e-6, rtol=1e-4), name
+
+
 def test_output_attentions_returns_every_layers_weights_with_masked_keys_at_zero(make_tiny_model, padded_batch):
     model = make_tiny_model()  # sdpa by default: attention weights must still come back
     out = _forward(model, padded_batch, output_attentions=True)
@@ -291,8 +340,8 @@ def test_compiled_half_precision_training_on_a_gpu_attends_over_short_keys_with_
     assert attention.config._attn_implementation == "sdpa"
     assert chosen() == chosen(dtype=torch.float16) == chosen(keys=SHORT_KEYS) == MEMORY_EFFICIENT_SDPA
     assert chosen(keys=SHORT_KEYS + 1) == chosen(dtype=torch.float32) == "sdpa"
-    assert chosen(device="cpu", dtype=torch.float32) == "sdpa"
-    assert chosen(device="cpu") == chosen(output_attentions=True, keys=1000) == "eager"  # as before
+    assert chosen(device="cpu") == chosen(device="cpu", dtype=torch.float32) == "eager"  # CPU training: eager
+    assert chosen(output_attentions=True, keys=1000) == "eager"  # as before
     compiling[0] = False
     assert chosen() == "sdpa"  # not compiled, sdpa's kernels are the faster
     compiling[0] = True

@@ -146,6 +146,39 @@ class VaswaniDropout(nn.Dropout):
         return torch.where(keep, x * scale, 0.0)
 
 
+# torch's CPU softmax over the last dimension is vectorised only from this many elements per row on (one vector of
+# float32: 16 with AVX-512, 8 with AVX2); below it a row takes ~13x longer (docs/speed.md).
+SHORT_ROW = 16 if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else 8
+
+
+class ShortRowSoftmax(torch.autograd.Function):
+    """softmax over the last dimension in float32, computed with whole-tensor element-wise operations: for the
+    attention weights of short sentences on CPU, where rows are shorter than `SHORT_ROW`. Backward:
+    ``dS = P * (dP - sum(dP * P))``."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor) -> torch.Tensor:
+        ctx.scores_dtype = scores.dtype
+        scores = scores.float()
+        weights = torch.sub(scores, scores.amax(-1, keepdim=True)).exp_()
+        weights.div_(weights.sum(-1, keepdim=True))
+        ctx.save_for_backward(weights)
+        return weights
+
+    @staticmethod
+    def backward(ctx, grad_weights: torch.Tensor) -> torch.Tensor:
+        (weights,) = ctx.saved_tensors
+        grad = grad_weights.float() * weights
+        return grad.sub_(weights * grad.sum(-1, keepdim=True)).to(ctx.scores_dtype)
+
+
+def attention_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """softmax(scores) over the keys, in float32: `ShortRowSoftmax` where torch's CPU kernel is slow, else torch's."""
+    if scores.device.type == "cpu" and scores.shape[-1] < SHORT_ROW:
+        return ShortRowSoftmax.apply(scores)
+    return F.softmax(scores, dim=-1, dtype=torch.float32)
+
+
 def eager_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -171,7 +204,7 @@ def eager_attention_forward(
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         else:
             scores = scores + mask
-    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = attention_softmax(scores).to(query.dtype)
     weights = F.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()
     return output, weights
@@ -241,9 +274,10 @@ class VaswaniAttention(nn.Module):
         half = query.dtype in (torch.bfloat16, torch.float16)
         if output_attentions:
             return "eager"  # only eager attention returns the weights
-        if query.device.type == "cpu" and half:
+        if query.device.type == "cpu" and (half or self.training):
             # torch's CPU flash-attention backward in bf16 is an order of magnitude slower than eager's bf16 matmuls:
-            # it made bf16 autocast training slower than fp32.
+            # it made bf16 autocast training slower than fp32. In float32 training it is slower too (forward and
+            # backward of 266 sentences x 4 heads x 15 tokens: 11.8 ms against 6.5 ms).
             return "eager"
         if implementation == "sdpa" and self.training and query.device.type == "cuda" and half \
                 and keys.shape[-2] <= SHORT_KEYS and torch.compiler.is_compiling():
