@@ -40,18 +40,19 @@ def test_eager_and_sdpa_attention_agree_within_1e_5(make_tiny_model, padded_batc
     assert (sdpa - eager).abs().max() < 1e-5
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("keys", [1, 7, 15, 16, 33])
 def test_attention_softmax_equals_torch_softmax_and_its_gradient_for_short_and_long_rows(dtype, keys):
     """Rows shorter than SHORT_ROW go through ShortRowSoftmax (torch's CPU kernel is slow there), longer ones through
-    torch's softmax; both give torch's float32 softmax and gradient, masked keys (the dtype's lowest value) included,
-    a fully masked row uniform as in torch."""
+    torch's softmax; both give torch's float32 softmax and gradient, masked keys (the dtype's lowest value, or -inf
+    as an additive mask) included, a fully masked row uniform as in torch."""
     from vaswani_mt.model.modeling_vaswani import attention_softmax
 
     generator = torch.Generator().manual_seed(keys)
     scores = (torch.randn(3, 2, 5, keys, generator=generator) * 4).to(dtype)
     scores[0, :, :, keys // 2:] = torch.finfo(dtype).min  # padding keys (none left out when keys == 1)
     scores[1, 0, 2, :] = torch.finfo(dtype).min  # a row with nothing to attend to
+    scores[2, 1, :, 1:] = float("-inf")  # an additive mask's -inf: only the first key left
     grad = torch.randn(3, 2, 5, keys, generator=generator)
     ours, reference = scores.clone().requires_grad_(), scores.clone().requires_grad_()
     weights = attention_softmax(ours)
@@ -60,7 +61,7 @@ def test_attention_softmax_equals_torch_softmax_and_its_gradient_for_short_and_l
     expected.backward(grad)
     assert weights.dtype == torch.float32 and ours.grad.dtype == dtype
     assert torch.allclose(weights, expected, atol=1e-6, rtol=1e-5)
-    tolerance = 1e-6 if dtype == torch.float32 else 1e-2
+    tolerance = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
     assert torch.allclose(ours.grad.float(), reference.grad.float(), atol=tolerance, rtol=tolerance)
 
 

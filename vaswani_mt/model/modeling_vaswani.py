@@ -147,7 +147,8 @@ class VaswaniDropout(nn.Dropout):
 
 
 # torch's CPU softmax over the last dimension is vectorised only from this many elements per row on (one vector of
-# float32: 16 with AVX-512, 8 with AVX2); below it a row takes ~13x longer (docs/speed.md).
+# float32: 16 with AVX-512, 8 with AVX2); below it a row takes ~13x longer (docs/speed.md, measured on x86; 8 is
+# also taken on other CPUs, where it was not measured: only speed depends on it).
 SHORT_ROW = 16 if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else 8
 
 
@@ -174,7 +175,7 @@ class ShortRowSoftmax(torch.autograd.Function):
 
 def attention_softmax(scores: torch.Tensor) -> torch.Tensor:
     """softmax(scores) over the keys, in float32: `ShortRowSoftmax` where torch's CPU kernel is slow, else torch's."""
-    if scores.device.type == "cpu" and scores.shape[-1] < SHORT_ROW:
+    if scores.device.type == "cpu" and 0 < scores.shape[-1] < SHORT_ROW:
         return ShortRowSoftmax.apply(scores)
     return F.softmax(scores, dim=-1, dtype=torch.float32)
 
@@ -268,13 +269,14 @@ class VaswaniAttention(nn.Module):
     def implementation(self, query: torch.Tensor, keys: torch.Tensor, output_attentions: bool | None) -> str:
         """transformers' modeling contract: the implementation chosen at load time (sdpa by default, eager, ...); a
         config without it (not built by transformers) gets eager attention, the paper's formula as written. Where
-        measured faster (docs/speed.md): plain matrix products (eager) in half precision on a CPU, and sdpa's
-        memory-efficient kernel (`MEMORY_EFFICIENT_SDPA`) in compiled half-precision training on a GPU."""
+        measured faster (docs/speed.md): plain matrix products (eager) in half precision on a CPU and in place of
+        sdpa in CPU training, and sdpa's memory-efficient kernel (`MEMORY_EFFICIENT_SDPA`) in compiled
+        half-precision training on a GPU."""
         implementation = getattr(self.config, "_attn_implementation", None) or "eager"
         half = query.dtype in (torch.bfloat16, torch.float16)
         if output_attentions:
             return "eager"  # only eager attention returns the weights
-        if query.device.type == "cpu" and (half or self.training):
+        if query.device.type == "cpu" and (half or (self.training and implementation == "sdpa")):
             # torch's CPU flash-attention backward in bf16 is an order of magnitude slower than eager's bf16 matmuls:
             # it made bf16 autocast training slower than fp32. In float32 training it is slower too (forward and
             # backward of 266 sentences x 4 heads x 15 tokens: 11.8 ms against 6.5 ms).
