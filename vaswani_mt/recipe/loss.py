@@ -63,10 +63,9 @@ CPU more in memory traffic than in arithmetic. :func:`projected_label_smoothed_c
 final hidden states and the output projection's weight (§3.4; the shared embedding) instead, and for each block of
 rows that count (padding positions are skipped: no logits are computed for them) computes the block's logits, the
 loss and its gradient ``p - q`` at once, and turns the gradient straight into the gradients of the hidden states
-and the weight, one block at a time (`BLOCK_ELEMENTS`: blocks large enough that the weight's
-gradient, a product over the block's rows, runs near the CPU's matrix-product rate). The backward pass only
-scales them. The matrix products run in the
-autocast dtype (bfloat16 under `training.bf16`), the softmax and the sums in float32, as before.
+and the weight, one block at a time (`BLOCK_ELEMENTS`: blocks large enough that the weight's gradient, a product
+over the block's rows, runs near the CPU's matrix-product rate). The backward pass only scales them. The matrix
+products run in the autocast dtype (bfloat16 under `training.bf16`), the softmax and the sums in float32, as before.
 ``log_softmax`` is not needed: ``log Σ exp`` comes from the softmax's largest probability, which is at least 1/V
 and so never underflows. `VaswaniTrainer` computes its training loss so on CPU (`output_projection_in_the_loss`);
 elsewhere (CUDA, ``torch.compile``) the model's function runs on the model's logits.
@@ -188,6 +187,7 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
         with torch.autocast("cpu", enabled=False):
             hidden = hidden_states.reshape(-1, d_model).index_select(0, rows).to(compute)
             weights, wanted = weight.to(compute), targets.index_select(0, rows)
+            bias = None if bias is None else bias.to(compute)
             grad_hidden = torch.empty(len(rows), d_model, dtype=torch.float32)
             grad_weight = torch.zeros(vocab_size, d_model, dtype=torch.float32)
             loss_sum = torch.zeros((), dtype=torch.float32)
@@ -195,7 +195,7 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
             for block in _row_blocks(len(rows), vocab_size):
                 logits = torch.mm(hidden[block], weights.t())
                 if bias is not None:
-                    logits = logits + bias.to(compute)
+                    logits = logits + bias
                 nll, loss, grad = _block(logits, wanted[block, None], epsilon, delta, pad_token_id)
                 nll_sum += nll
                 loss_sum += loss
