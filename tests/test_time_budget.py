@@ -112,6 +112,16 @@ def test_a_faster_machine_inside_the_fall_leaves_it_as_it_is():
     assert len(rates) == scheduler.total_steps == PLANNED
 
 
+def test_passes_after_training_count_at_the_length_limit_until_the_run_has_measured_a_validation():
+    # a run that validates only at its end (--quick) translates with a model that repeats a word up to the limit
+    clock = _Clock()
+    planner = BudgetPlanner(10, started=clock(), after_training=3, pace=Pace(1.0, 10.0, 40.0), clock=clock)
+    # 600 s less the margin (12 s), 10 s after training and its 3 passes; one validation at the end (10 s)
+    assert planner.updates_fitting(0, eval_steps=1000, cap=10 ** 6) == 600 - 12 - 10 - 3 * 40 - 10
+    planner.validation_seconds = 12.0  # measured: a validation during training, and the passes after it
+    assert planner.updates_fitting(0, eval_steps=1000, cap=10 ** 6) == 600 - 12 - 10 - 3 * 12 - 12
+
+
 # -- rules: in the config, before any work ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("overrides", "message"), [

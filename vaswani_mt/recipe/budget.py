@@ -9,7 +9,9 @@ the budget instead, so that the rate reaches 0 exactly when the time is up. `Bud
   themselves), and seconds per validation (the beam-search BLEU pass and checkpoint of every `eval_steps`);
 * it fixes the number of updates so that the updates, the validations still to come and what follows training
   (model selection, the test translation: `after_training`, in validation passes) end within the budget, counted
-  from the run's start (`started`: the command's start, data preparation included), less a small margin;
+  from the run's start (`started`: the command's start, data preparation included), less a small margin; until the
+  run has measured a validation, each pass after training is counted as the probe's pass at the length limit, the
+  cost of a model still undertrained at its end (a run that validates only at its end, as `--quick` does);
 * it lays the schedule over that number: the warm-up (`warmup_steps` updates, as configured: the warm-up steadies
   Adam's first updates, whatever the run's length), the Noam decay, and the cool-down to 0 at the last update
   (`cooldown_steps` updates, or a fraction of the planned ones). One log line says what was planned and when the run
@@ -60,10 +62,13 @@ RELOG = 0.05  # a new plan is logged when its number of updates moved by more th
 @dataclass(frozen=True)
 class Pace:
     """What this machine takes: seconds per update, and per validation (beam search on the validation split and a
-    checkpoint)."""
+    checkpoint) as a trained model's translations make it, and as an undertrained model's, which run to the length
+    limit (the probe's upper bound: the passes after training are given it until the run has measured a
+    validation)."""
 
     seconds_per_update: float
     seconds_per_validation: float
+    seconds_per_validation_at_limit: float | None = None
 
 
 def validations_between(done: int, total: int, eval_steps: int | None) -> int:
@@ -143,8 +148,17 @@ class BudgetPlanner(TrainerCallback, ExportableState):
         """The last update that fits the budget, now, after `done` updates (`margin`: keeping the margin free)."""
         pace = pace or self.measured_pace()
         seconds = self.deadline - self.clock() - (self.margin if margin else 0.0)
-        after = self.after_training * pace.seconds_per_validation + AFTER_TRAINING_SECONDS
+        after = self.after_training * self.after_training_pass(pace) + AFTER_TRAINING_SECONDS
         return updates_that_fit(seconds, done, pace, eval_steps, after, cap)
+
+    def after_training_pass(self, pace: Pace) -> float:
+        """The seconds of each pass after training: the last validation's, or, before the run has measured one, the
+        probe's pass at the length limit. A run that validates only at its end (`--quick`) translates with a model of
+        a few hundred updates, which repeats a word up to the limit: its passes after training take several times
+        what the probe's translations, cut at the references' length, took."""
+        if self.validation_seconds is not None or self.pace is None:
+            return pace.seconds_per_validation
+        return max(pace.seconds_per_validation, self.pace.seconds_per_validation_at_limit or 0.0)
 
     def warmup_problem(self, warmup_steps: int, eval_steps: int | None, cap: int) -> str | None:
         """One line when the budget cannot fit the warm-up on this machine (measured by the probe), else None."""
@@ -155,8 +169,8 @@ class BudgetPlanner(TrainerCallback, ExportableState):
             return None
         pace = self.measured_pace()
         seconds = (warmup_steps * pace.seconds_per_update + self.margin + AFTER_TRAINING_SECONDS
-                   + (validations_between(0, warmup_steps, eval_steps) + self.after_training)
-                   * pace.seconds_per_validation + self.clock() - self.started)
+                   + validations_between(0, warmup_steps, eval_steps) * pace.seconds_per_validation
+                   + self.after_training * self.after_training_pass(pace) + self.clock() - self.started)
         return (f"training.budget_minutes ({self.budget_minutes:g}) is too short on this machine: the "
                 f"{warmup_steps:,} warm-up updates ({pace.seconds_per_update:.2f} s each here), their validations and "
                 f"what follows training need about {duration(seconds)}; give at least {seconds / 60:.1f} minutes, "

@@ -3,10 +3,11 @@
 
 The probe trains a few updates of a throw-away copy of the run (the same model configuration, arguments, batches and
 precision, through the same Trainer) and translates a few validation sentences with the run's beam search, timing
-both. The model it times is untrained and would write to the length limit; its translations are cut at the length
-of the longest reference among them, as long as a trained model's, so that the estimate is what a validation of the
-run costs (the run replaces it by what it measures at its first validation). It writes nothing, and the run seeds
-its own model afterwards, so the probe changes nothing of the run but its start time.
+both. The model it times is untrained and writes to the length limit (source length + 50); it translates the sentences
+twice: cut at the length of the longest reference among them, as long as a trained model's translations, for what a
+validation of the run costs (the run replaces it by what it measures at its first validation), and to the limit, for
+what a pass costs when the model is still undertrained at the end (a short run's passes after training). It writes
+nothing, and the run seeds its own model afterwards, so the probe changes nothing of the run but its start time.
 """
 
 from __future__ import annotations
@@ -54,10 +55,17 @@ def measure_pace(make_trainer, args, valid_dataset, updates: int = PROBE_UPDATES
         probed = valid_dataset.select(range(min(sentences, len(valid_dataset))))
         longest = max((len(labels) for labels in probed["labels"]), default=1) if "labels" in probed.column_names \
             else None
-        started = time.perf_counter()
-        trainer.predict(probed, **({"max_new_tokens": longest + 1} if longest else {}))
-        per_validation = (time.perf_counter() - started) * len(valid_dataset) / max(len(probed), 1)
-    return Pace(per_update, per_validation)
+        per_validation = _seconds_per_pass(trainer, probed, len(valid_dataset),
+                                           {"max_new_tokens": longest + 1} if longest else {})
+        at_limit = _seconds_per_pass(trainer, probed, len(valid_dataset), {})
+    return Pace(per_update, per_validation, max(at_limit, per_validation))
+
+
+def _seconds_per_pass(trainer, probed, sentences: int, generation: dict) -> float:
+    """The seconds a beam-search pass over `sentences` sentences takes, from a pass over the `probed` ones."""
+    started = time.perf_counter()
+    trainer.predict(probed, **generation)
+    return (time.perf_counter() - started) * sentences / max(len(probed), 1)
 
 
 __all__ = ["PROBE_SENTENCES", "PROBE_UPDATES", "measure_pace"]

@@ -392,8 +392,10 @@ def _budget_planner(config: RunConfig, args: VaswaniTrainingArguments, prepared,
                               processing_class=tokenizer, data_collator=_collator(config, tokenizer, model))
 
     planner.pace = measure_pace(probe_trainer, args, valid)
-    logger.info("time budget %s: this machine takes %.3f s per update and about %.0f s per validation (a probe)",
-                duration(t.budget_minutes * 60), planner.pace.seconds_per_update, planner.pace.seconds_per_validation)
+    logger.info("time budget %s: this machine takes %.3f s per update and about %.0f s per validation, %.0f s where "
+                "the translations run to the length limit (a probe)", duration(t.budget_minutes * 60),
+                planner.pace.seconds_per_update, planner.pace.seconds_per_validation,
+                planner.pace.seconds_per_validation_at_limit)
     if problem := planner.warmup_problem(t.warmup_steps, t.eval_steps, t.max_steps or 10 ** 9):
         raise ConfigError(problem)
     return planner
