@@ -1,6 +1,7 @@
 """§6.1's length penalty: GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha (`length_penalty_style="gnmt"`), beside
 transformers' |Y| ** alpha, checked against an exhaustive search on a model small enough to enumerate."""
 
+import functools
 import itertools
 import logging
 
@@ -13,6 +14,7 @@ from vaswani_mt.model.fast_decoding import gnmt_length_penalty
 VOCAB, EOS, BOS, NEW_TOKENS = 6, 3, 2, 3
 # 36 beams hold every 2-token prefix over a 6-token vocabulary, so a 3-token beam search sees every hypothesis.
 BEAMS = VOCAB ** (NEW_TOKENS - 1)
+SOURCE = torch.tensor([[4, 5, 4, 4, 5, EOS]])
 
 
 def tiny_model(seed: int) -> VaswaniForConditionalGeneration:
@@ -25,22 +27,25 @@ def tiny_model(seed: int) -> VaswaniForConditionalGeneration:
     return model
 
 
-def best_by_brute_force(model, source: torch.Tensor, penalty) -> list[int]:
-    """Every hypothesis of 1 to NEW_TOKENS tokens (EOS only last; the longest may end without it), scored
-    log P(y|x) / penalty(|y|); the best one."""
-    best, best_score = None, -float("inf")
+@functools.cache
+def every_hypothesis(seed: int) -> tuple[tuple[tuple[int, ...], float], ...]:
+    """Every hypothesis of 1 to NEW_TOKENS tokens (EOS only last; the longest may end without it) with its
+    log P(y|x) under `tiny_model(seed)`: those of one length scored in one batch."""
+    model, scored = tiny_model(seed), []
     for length in range(1, NEW_TOKENS + 1):
-        for tokens in itertools.product(range(VOCAB), repeat=length):
-            if EOS in tokens[:-1] or (length < NEW_TOKENS and tokens[-1] != EOS):
-                continue
-            decoder_input = torch.tensor([[BOS, *tokens[:-1]]])
-            with torch.no_grad():
-                logits = model(input_ids=source, decoder_input_ids=decoder_input).logits[0]
-            log_p = torch.log_softmax(logits.double(), dim=-1)[torch.arange(length), list(tokens)].sum().item()
-            score = log_p / penalty(length)
-            if score > best_score:
-                best, best_score = list(tokens), score
-    return best
+        hypotheses = [tokens for tokens in itertools.product(range(VOCAB), repeat=length)
+                      if EOS not in tokens[:-1] and (length == NEW_TOKENS or tokens[-1] == EOS)]
+        decoder_input = torch.tensor([[BOS, *tokens[:-1]] for tokens in hypotheses])
+        with torch.no_grad():
+            logits = model(input_ids=SOURCE.expand(len(hypotheses), -1), decoder_input_ids=decoder_input).logits
+        log_p = torch.log_softmax(logits.double(), dim=-1).gather(2, torch.tensor(hypotheses)[..., None]).sum((1, 2))
+        scored += zip(hypotheses, log_p.tolist())
+    return tuple(scored)
+
+
+def best_by_brute_force(seed: int, penalty) -> list[int]:
+    """The hypothesis of the best log P(y|x) / penalty(|y|) among all of them."""
+    return list(max(every_hypothesis(seed), key=lambda scored: scored[1] / penalty(len(scored[0])))[0])
 
 
 def beam_search(model, source, alpha, fast: bool, **options) -> list[int]:
@@ -54,12 +59,12 @@ def beam_search(model, source, alpha, fast: bool, **options) -> list[int]:
 def test_gnmt_beam_search_returns_the_best_hypothesis_of_an_exhaustive_search(fast):
     differs = 0
     for seed in range(6):
-        model, source = tiny_model(seed), torch.tensor([[4, 5, 4, 4, 5, EOS]])
+        model = tiny_model(seed)
         for alpha in (0.6, 2.0):
-            gnmt = best_by_brute_force(model, source, lambda n: gnmt_length_penalty(n, alpha))
-            plain = best_by_brute_force(model, source, lambda n: n ** alpha)
-            assert beam_search(model, source, alpha, fast, length_penalty_style="gnmt") == gnmt, (seed, alpha)
-            assert beam_search(model, source, alpha, fast) == plain, (seed, alpha)
+            gnmt = best_by_brute_force(seed, lambda n: gnmt_length_penalty(n, alpha))
+            plain = best_by_brute_force(seed, lambda n: n ** alpha)
+            assert beam_search(model, SOURCE, alpha, fast, length_penalty_style="gnmt") == gnmt, (seed, alpha)
+            assert beam_search(model, SOURCE, alpha, fast) == plain, (seed, alpha)
             differs += gnmt != plain
     assert differs, "no case where the two penalties choose differently: the test would not see a mix-up"
 
