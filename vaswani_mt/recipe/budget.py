@@ -68,7 +68,7 @@ class Pace:
 
     seconds_per_update: float
     seconds_per_validation: float
-    seconds_per_validation_at_limit: float | None = None
+    seconds_per_validation_at_limit: float | None = None  # never below seconds_per_validation
 
 
 def validations_between(done: int, total: int, eval_steps: int | None) -> int:
@@ -158,7 +158,7 @@ class BudgetPlanner(TrainerCallback, ExportableState):
         what the probe's translations, cut at the references' length, took."""
         if self.validation_seconds is not None or self.pace is None:
             return pace.seconds_per_validation
-        return max(pace.seconds_per_validation, self.pace.seconds_per_validation_at_limit or 0.0)
+        return self.pace.seconds_per_validation_at_limit or pace.seconds_per_validation
 
     def warmup_problem(self, warmup_steps: int, eval_steps: int | None, cap: int) -> str | None:
         """One line when the budget cannot fit the warm-up on this machine (measured by the probe), else None."""
