@@ -187,6 +187,7 @@ def test_a_run_with_a_budget_of_a_minute_ends_within_it_with_its_rate_at_zero(tm
     assert f"a time budget of 1 minute: {training['steps']:,} updates planned" in render_model_card(run)
 
 
+@pytest.mark.slow  # a minute on the real clock beside two busy processes
 def test_a_run_beside_a_busy_process_still_ends_within_its_budget_with_fewer_updates(tmp_path, small_corpus):
     config = tiny_config(tmp_path, small_corpus, **{**BUDGET_RUN, "budget_minutes": 1})
     started = time.time()
