@@ -4,16 +4,22 @@
     python scripts/bench_gpu.py --skip-training --model runs/NAME/model --input test2016.en   # decoding
     python scripts/bench_gpu.py --device cpu --shapes tiny --tokens 512 --reps 1 --limit 8   # smoke run on the CPU
 
-Training step (`--shapes`, presets of VaswaniConfig: `small` = d_model 256, 3+3 layers, 4 heads, FFN 1024, vocab
-8000; `base` = the paper's base, vocab 37000): forward + backward + fused Adam (betas 0.9/0.98, eps 1e-9) step, on
-random sentence pairs of `--length` source and target tokens, `--tokens` target tokens per step (the paper's ~25k);
-`fp32`, and `bf16` = `torch.autocast(device, bfloat16)` around forward and loss (fp32 weights and optimizer), dropout
-on. Marian's step computes its own loss (cross-entropy); ours the training's (`vaswani-mt train`'s: label smoothing
-0.1, §5.4). `--warmup-steps` untimed steps first, then `--reps` repetitions of `--steps` steps. `--compile` adds both
-models under `torch.compile` (compiled during the warm-up steps; ours with its loss compiled beside it, as
-`training.torch_compile` trains). Prints target tokens/s (median, min–max), the ratio to Marian as it comes (eager)
-per precision, the model FLOPs per second (`model_flops`: every matrix product of forward and backward, attention's
-included) and MFU, their share of the GPU's dense peak for the precision (a table of known GPUs, or `--peak-tflops`).
+Training step (`--shapes`, presets of VaswaniConfig: `small` = d_model 256, 3+3 layers, 4 heads, FFN 1024, vocab 8000;
+`base` = the paper's base, vocab 37000) on random sentence pairs of `--length` source and target tokens, `--tokens`
+target tokens per step (the paper's ~25k), dropout on: each model makes its updates through its own Trainer, as that
+Trainer's training loop makes them (`benchmark_common.trainer_updates`): ours through `VaswaniTrainer` with the
+training's loss (label smoothing 0.1, §5.4), Marian through transformers' `Seq2SeqTrainer` with its own cross-entropy;
+each update is the trainer's `training_step` (forward, loss, backward), the gradient norm the loop logs, the fused
+Adam(W) step (betas 0.9/0.98, eps 1e-9) and the schedule's. `fp32`, and `bf16` = the Trainer's `bf16=True`: accelerate's
+bfloat16 autocast around the model's forward (on a GPU the output projection included), whose outputs it hands back in
+float32, so the loss reads float32 logits, as in a training run (on the CPU smoke path ours computes the projection
+inside its loss, under the trainer's own autocast); fp32 weights and optimizer. `--warmup-steps` untimed steps first,
+then `--reps` repetitions of `--steps` steps. `--compile` adds both under the Trainer's `torch_compile` (accelerate
+compiles the model during the warm-up steps; ours marks the batch dimensions dynamic and compiles its loss beside the
+model, as `training.torch_compile` trains). Prints target tokens/s (median, min–max), the ratio to Marian as it comes
+(eager) per precision, the model FLOPs per second (`model_flops`: every matrix product of forward and backward,
+attention's included) and MFU, their share of the GPU's dense peak for the precision (a table of known GPUs, or
+`--peak-tflops`).
 `--profile` then prints, per system, where a step's GPU time goes (torch.profiler: kernels by kind, the busiest).
 
 Decoding of a trained model (`--model`: a folder written by `vaswani-mt train`, e.g. runs/NAME/model, or the run
@@ -41,7 +47,6 @@ GPU machine copy the input file into the checkout (../shared does not travel) an
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import platform
 import sys
@@ -53,7 +58,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark_common import (  # noqa: E402
-    MULTI30K, find_model_folder, fmt_range, measure, model_flops, read_text_lines)
+    MULTI30K, find_model_folder, fmt_range, measure, model_flops, read_text_lines, trainer_updates)
 
 DEFAULT_INPUT = MULTI30K / "test2016.en"
 MODES = (("greedy", 1), ("beam4", 4))
@@ -134,12 +139,6 @@ def release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def autocast(device: torch.device, precision: str):
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 class Section(NamedTuple):
     """One measured part: its Markdown table rows, what was measured (the table's caption), and how many timed runs
     other processes disturbed; `fp32_identical`: whether all float32 decoding outputs were the same."""
@@ -180,44 +179,17 @@ def training_batch(config, tokens: int, length: int, device: torch.device) -> di
     return {name: tensor.to(device) for name, tensor in batch.items()}
 
 
-def training_loss(name: str, model, batch: dict):
-    """The loss of a step: Marian's own; ours the training's, label smoothing 0.1 (§5.4) over the model's logits,
-    compiled beside a compiled model as `VaswaniTrainer` does with `training.torch_compile`."""
-    if name.startswith("marian"):
-        return lambda: model(**batch).loss
-    from vaswani_mt.model.modeling_vaswani import label_smoothed_cross_entropy, shift_tokens_right
-    from vaswani_mt.recipe.loss import compiled_label_smoothed_cross_entropy
+def training_runner(model, name: str, batch: dict, args, precision: str, device: torch.device):
+    """`run(steps=args.steps)`: updates of `model` through its Trainer (`benchmark_common.trainer_updates`); ours with
+    the training's label smoothing, Marian with its own loss; compiled when the system's name says so."""
+    updates = trainer_updates(copy.deepcopy(model), batch, precision, device,
+                              label_smoothing=0.0 if name.startswith("marian") else 0.1,
+                              compile=name.endswith("torch.compile"))
 
-    loss = compiled_label_smoothed_cross_entropy() if name.endswith("torch.compile") else label_smoothed_cross_entropy
-    labels, config = batch["labels"], model.config
-    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "use_cache": False,
-              "decoder_input_ids": shift_tokens_right(labels, config.pad_token_id, config.decoder_start_token_id)}
-
-    def compute() -> torch.Tensor:
-        loss_sum, _, tokens = loss(model(**inputs).logits, labels, epsilon=0.1, pad_token_id=config.pad_token_id)
-        return loss_sum / tokens
-    return compute
-
-
-def training_runner(model, loss_of_step, steps: int, precision: str, device: torch.device):
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
-
-    def run(steps: int = steps) -> None:
-        for _ in range(steps):
-            with autocast(device, precision):
-                loss = loss_of_step()
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        synchronize(device)
-
+    def run(steps: int = args.steps) -> None:
+        updates(steps)
+    run.trainer = updates.trainer
     return run
-
-
-def _prepared(model, name: str, device: torch.device):
-    """A copy of `model` on `device`, compiled when the system's name says so."""
-    model = copy.deepcopy(model).to(device)
-    return torch.compile(model) if name.endswith("torch.compile") else model
 
 
 def bench_training(args, device: torch.device) -> Section:
@@ -230,7 +202,7 @@ def bench_training(args, device: torch.device) -> Section:
         torch.manual_seed(0)
         ours = VaswaniForConditionalGeneration(VaswaniConfig.from_preset(shape)).train()
         models = {"marian": to_marian(ours), "ours": ours}
-        if args.compile:  # torch.compile of the same weights; its compile time falls in the untimed warm-up
+        if args.compile:  # the Trainer's torch_compile, same weights; compiled during the untimed warm-up
             models.update({f"{name}, torch.compile": model for name, model in list(models.items())})
         batch = training_batch(ours.config, args.tokens, args.length, device)
         pairs, tokens = batch["labels"].shape[0], batch["labels"].numel()
@@ -241,9 +213,7 @@ def bench_training(args, device: torch.device) -> Section:
         systems = {}
         for precision in args.precisions:
             for name, model in models.items():
-                model = _prepared(model, name, device)
-                systems[f"{name} {precision}"] = training_runner(model, training_loss(name, model, batch),
-                                                                 args.steps, precision, device)
+                systems[f"{name} {precision}"] = training_runner(model, name, batch, args, precision, device)
         for run in systems.values():  # allocates Adam state, picks the kernels
             run(args.warmup_steps)
         results = measure(systems, args.reps, args.idle_threshold, args.max_wait, args.max_redo, log=log)

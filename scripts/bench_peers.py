@@ -2,8 +2,8 @@
 with: fairseq 0.12.2, OpenNMT-py 3.5.1, eole 0.6.4 and sockeye 3.1.34, each in a virtual environment of its own.
 
     python scripts/bench_peers.py --install            # the peers' environments (several GB), once
-    python scripts/bench_peers.py                      # 100 updates each, 3 rounds, systems alternated
-    python scripts/bench_peers.py --updates 30 --rounds 1 --systems ours fairseq
+    python scripts/bench_peers.py                      # 100 updates each, 3 rounds, systems alternated, both mallocs
+    python scripts/bench_peers.py --updates 30 --rounds 1 --systems ours fairseq --malloc keep
     python scripts/bench_peers.py --race 15            # each trains 15 minutes, then translates test2016 (beam 5)
 
 One subword model for the peers: a joint sentencepiece BPE of 10,000 pieces learned on Multi30k train (both sides);
@@ -11,28 +11,47 @@ each peer gets the same pieces (binarized or listed the way it reads them). `vas
 multi30k-en-de` learns its own joint BPE of 10,000 tokens on the same data (it has ~4 % fewer tokens per sentence).
 
 The same model and recipe everywhere: d_model 128, 4+4 layers, 4 heads, FFN 256, dropout 0.2, shared embeddings,
-sinusoidal positions, post-norm where the toolkit has it (OpenNMT-py and eole are pre-norm only; sockeye is set to
-post-norm), label smoothing 0.1, Adam (0.9, 0.98), the Noam / inverse-square-root schedule with 800 warm-up updates and
-a peak rate of 2e-3 (ours: `noam_factor 0.64`), float32, 2 threads (OMP_NUM_THREADS, MKL_NUM_THREADS), no validation
-while timing. Each system's batch flag is set so that its *measured* target tokens per update (non-padding, EOS
-included) come within 5 % of ours (`--batch-*` options to tune; the table prints the measured figure and flags a
-miss).
+sinusoidal positions, post-norm where the toolkit has it (OpenNMT-py is pre-norm only, eole's decoder too: its
+encoder is set to post-norm; sockeye is set to post-norm), label smoothing 0.1, Adam (0.9, 0.98), the Noam /
+inverse-square-root schedule with 800 warm-up updates and a peak rate of 2e-3 (ours: `noam_factor 0.64`; each
+toolkit's option set so that its own schedule code peaks there: tests/test_bench_peers.py runs it), float32, no
+validation while timing. Each system's batch flag is set so that its *measured* target tokens per update
+(non-padding, EOS included) come within 5 % of ours (`--batch-*` options to tune; the table prints the measured
+figure and flags a miss). Two more systems run each toolkit as it ships for this shape where that differs:
+`eole-default` (its encoder pre-norm, as its decoder) and `sockeye-default` (pre-norm, with a warm-up of
+`--sockeye-default-warmup` updates to the same peak, one it finishes within a race); fairseq's `transformer` is
+post-norm and OpenNMT-py pre-norm as they ship, so their equal-settings runs are their defaults too.
+
+The same process settings for every system: 2 threads (OMP_NUM_THREADS, MKL_NUM_THREADS; ours also
+`training.num_threads`), GOMP_SPINCOUNT=10000 (what vaswani_mt sets by itself), and glibc's malloc either as it
+comes or keeping freed memory (`--malloc`): `keep` is what `vaswani-mt train` sets on a CPU
+(`vaswani_mt.recipe.host_memory`), given to every process as glibc's MALLOC_MMAP_THRESHOLD_ and
+MALLOC_TRIM_THRESHOLD_ (ours sets the same values with mallopt); `default` leaves glibc's defaults to every process,
+ours included (`OURS_WITHOUT_MALLOC_SETTING` keeps it from setting them); `both` runs every system both ways
+(the default of the speed mode; the race's is `keep`). Ours' log says which it had, and the script checks it.
 
 Speed: every system trains `--updates` updates per round, alone (the script waits for other processes to go quiet
 before each run and flags a run they disturbed), in the same order each round. Its target tokens/s is the median over
 its logged intervals after the first, over all rounds, read from its own log:
-  ours       `target tok/s` on the `train: step` lines (train.log)
+  ours       `target tok/s` on the `train: step` lines (train.log); per update from the rate and the time between
+             two such lines
   fairseq    `wps` on the train_inner lines (target tokens/s); `wpb` target tokens per update
-  OpenNMT-py, eole  the target half of `A/B tok/s` on the Step lines; target tokens per update from their interval's
-             tokens (B x interval seconds / updates)
+  OpenNMT-py, eole  the target half of `A/B tok/s` on the Step lines; target tokens per update: the T of their
+             `bsz: S/T/N` field (the interval's non-padding target tokens over its batches, one batch per update)
   sockeye    `s/sec` (sentences) on its speed lines x the target tokens per sentence of the training data (its
              `tok/sec` counts padded source tokens); per update: sentences / updates at its checkpoint line
-Not in the test suite (it trains five models); tests/test_bench_peers.py covers the log parsing.
+Ours ÷ each toolkit is taken between runs with the same malloc setting. Not in the test suite (it trains the models);
+tests/test_bench_peers.py covers the log parsing, the tables, the settings and the schedules.
 
---race MINUTES: each system trains MINUTES of wall-clock (ours: `training.max_minutes`; fairseq `--stop-time-hours`;
-the others are stopped at the deadline and keep their last checkpoint, saved every `--race-save-every` updates),
-then translates test2016 with its own beam search (beam 5, its default length normalisation); the output is
-detokenized (sentencepiece decoding; ours: its tokenizer) and scored with sacreBLEU against the raw references.
+--race MINUTES: every system trains MINUTES of training time in one run of the script (ours from the checkout it
+runs in: the table gives its commit), each stopping itself at the deadline and saving its model there: ours through
+`training.max_minutes`, fairseq `--stop-time-hours`, OpenNMT-py and eole when their training loop's batches end
+(`RACE_STOP`: they end MINUTES after the first; the toolkit then saves its final checkpoint), sockeye at its
+`max_updates` check (`RACE_STOP`: set to the update reached at the deadline; it then saves a checkpoint). Each is
+scored from that checkpoint: test2016 translated with its own beam search (beam 5, its default length
+normalisation), the output detokenized (sentencepiece decoding; ours: its tokenizer) and scored with sacreBLEU
+against the raw references. The table gives the update each system was scored at, read from the checkpoint it
+saved, and its last logged update.
 """
 
 from __future__ import annotations
@@ -55,8 +74,10 @@ from benchmark_common import MULTI30K, LoadMonitor, model_flops, wait_for_idle  
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path(os.environ.get("VASWANI_MT_PEERS_CACHE", Path.home() / ".cache" / "vaswani_mt" / "peers"))
-SYSTEMS = ("ours", "fairseq", "opennmt-py", "eole", "sockeye")
-PEERS = SYSTEMS[1:]
+SYSTEMS = ("ours", "fairseq", "opennmt-py", "eole", "eole-default", "sockeye", "sockeye-default")
+SPEED_SYSTEMS = ("ours", "fairseq", "opennmt-py", "eole", "sockeye")  # the defaults' speed is their equal run's
+# The toolkit (and environment) of each system; `-default`: the toolkit with its own defaults for this shape.
+TOOLKIT = {system: system.removesuffix("-default") for system in SYSTEMS}
 VOCAB = 10000
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 
@@ -389,9 +410,13 @@ def prepare(cache: Path, raw: Path, systems: list[str]) -> Data:
 # -- one training run per system ---------------------------------------------------------------------------------------
 WARMUP, PEAK_LR, NOAM_FACTOR = 800, 2e-3, 0.64  # 0.64 * 128**-0.5 * 800**-0.5 = 2.0e-3
 # sockeye's inv-sqrt-decay is base_lr * min(1, t / warmup) / sqrt(max(t, warmup)): its base rate for the same
-# peak is PEAK_LR * sqrt(WARMUP) (sockeye.lr_scheduler.LearningRateSchedulerInvSqrtDecay).
-SOCKEYE_BASE_LR = PEAK_LR * WARMUP ** 0.5
+# peak is PEAK_LR * sqrt(warm-up) (sockeye.lr_scheduler.LearningRateSchedulerInvSqrtDecay; job_sockeye).
+# sockeye-default's warm-up: sockeye made 450 updates in a 15-minute race on 2 Zen 4 cores (docs/speed.md), so 800
+# was never finished; 200 leaves room on slower CPUs.
+SOCKEYE_DEFAULT_WARMUP = 200
 THREADS = 2
+SPIN_COUNT = "10000"  # GOMP_SPINCOUNT: what vaswani_mt sets by itself (docs/speed.md, "Two runs on one CPU")
+MALLOCS = ("keep", "default")
 # Each system's batch flag, set so that its measured target tokens per update match ours at max_tokens 4096 (about
 # 3,850 with our BPE) within 5 %: fairseq 3,874, OpenNMT-py and eole 3,834, sockeye 3,841 on Multi30k train (the
 # flags count different things: padding, source or target, length buckets).
@@ -404,19 +429,46 @@ class Job:
     command: list[str]
     env: dict
     folder: Path
-    start_pattern: str  # a log line that says training has begun (the race's clock starts there)
+    start_pattern: str  # a log line that says training has begun (the race's safety stop counts from there)
     config: str | None = None  # a YAML config the command reads, written to folder/config.yaml
+    malloc: str = "keep"
 
 
-def peer_env(extra: dict | None = None) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS),
-           "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
-    env.pop("PYTHONPATH", None)
+def malloc_env(malloc: str) -> dict:
+    """glibc's environment for `malloc`: "keep", the thresholds `vaswani-mt train` sets with mallopt on a CPU
+    (vaswani_mt.recipe.host_memory); "default", none (glibc's own)."""
+    if malloc == "default":
+        return {}
+    from vaswani_mt.recipe.host_memory import MMAP_THRESHOLD, TRIM_THRESHOLD
+
+    return {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
+
+
+def peer_env(malloc: str = "keep", extra: dict | None = None) -> dict:
+    """The environment of every system's process: the same threads, OpenMP spin count and malloc settings."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("PYTHONPATH", "GLIBC_TUNABLES") and not name.startswith("MALLOC_")}
+    env.update({"OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS), "GOMP_SPINCOUNT": SPIN_COUNT,
+                "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1", **malloc_env(malloc)})
     return {**env, **(extra or {})}
 
 
+# `vaswani-mt train` with glibc's malloc as it comes (`--malloc default`): its call of mallopt does nothing.
+OURS_WITHOUT_MALLOC_SETTING = r"""
+import sys
+from vaswani_mt.recipe import host_memory
+if not hasattr(host_memory, "set_malloc_thresholds"):
+    sys.exit("bench_peers.py: vaswani_mt.recipe.host_memory has no set_malloc_thresholds to leave out")
+host_memory.set_malloc_thresholds = lambda *thresholds: False
+from vaswani_mt.cli import main
+sys.argv[0] = "vaswani-mt"
+sys.exit(main(sys.argv[1:]))
+"""
+OURS_KEEPS_MEMORY = "malloc keeps freed memory"  # in ours' log when mallopt took the setting (recipe/run.py)
+
+
 def job_ours(data: Data, folder: Path, batch: int, updates: int | None, minutes: float | None,
-             extra: list[str]) -> Job:
+             extra: list[str], malloc: str = "keep") -> Job:
     overrides = {
         "data.path": str(data.raw), "training.precision": "fp32", "training.num_threads": THREADS,
         "training.max_tokens": batch, "training.budget_minutes": "null", "training.warmup_steps": WARMUP,
@@ -431,16 +483,17 @@ def job_ours(data: Data, folder: Path, batch: int, updates: int | None, minutes:
         overrides["data.valid_subset"] = 8  # the validation at the end is not timed
     else:
         overrides["training.max_minutes"] = minutes
-    command = [sys.executable, "-m", "vaswani_mt.cli", "train", "--config", "multi30k-en-de",
-               "--output-dir", str(folder / "run")]
+    command = ([sys.executable, "-m", "vaswani_mt.cli"] if malloc == "keep"
+               else [sys.executable, "-c", OURS_WITHOUT_MALLOC_SETTING])
+    command += ["train", "--config", "multi30k-en-de", "--output-dir", str(folder / "run")]
     for key, value in overrides.items():
         command += [f"--{key}", str(value)]
-    env = peer_env({"PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"})
-    return Job("ours", command + extra, env, folder, r"train: \d+ updates? to go")
+    env = peer_env(malloc, {"PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"})
+    return Job("ours", command + extra, env, folder, r"train: \d+ updates? to go", malloc=malloc)
 
 
 def job_fairseq(cache: Path, data: Data, folder: Path, batch: int, updates: int | None,
-                minutes: float | None) -> Job:
+                minutes: float | None, malloc: str = "keep") -> Job:
     shape = []
     for side in ("encoder", "decoder"):
         shape += [f"--{side}-embed-dim", "128", f"--{side}-ffn-embed-dim", "256", f"--{side}-layers", "4",
@@ -455,13 +508,15 @@ def job_fairseq(cache: Path, data: Data, folder: Path, batch: int, updates: int 
                "--save-dir", str(folder / "checkpoints"), "--no-epoch-checkpoints"]
     if updates:
         command += ["--max-update", str(updates), "--no-save"]
-    else:
+    else:  # it saves checkpoint_last.pt where it stops (and at the end of each epoch, as it does by default)
         command += ["--stop-time-hours", f"{minutes / 60:.6f}"]
-    return Job("fairseq", command, peer_env(), folder, r"Start iterating over samples")
+    return Job("fairseq", command, peer_env(malloc), folder, r"Start iterating over samples", malloc=malloc)
 
 
-def onmt_config(data: Data, folder: Path, batch: int, updates: int, save_every: int, eole: bool) -> str:
-    """The YAML config of OpenNMT-py (eole: its successor's layout) for the shared shape and recipe."""
+def onmt_config(data: Data, folder: Path, batch: int, updates: int, save_every: int, eole: bool,
+                as_shipped: bool = False) -> str:
+    """The YAML config of OpenNMT-py (eole: its successor's layout) for the shared shape and recipe; `as_shipped`:
+    eole's encoder pre-norm, as it ships (the equal-settings run sets it to post-norm)."""
     import json
 
     vocab = str(data.root / "vocab.txt")
@@ -486,43 +541,107 @@ def onmt_config(data: Data, folder: Path, batch: int, updates: int, save_every: 
     model = {"architecture": "transformer", "hidden_size": 128, "layers": 4, "heads": 4, "transformer_ff": 256,
              "embeddings": {"word_vec_size": 128, "position_encoding_type": "SinusoidalInterleaved"},
              "share_embeddings": True, "share_decoder_embeddings": True, "add_qkvbias": True, "add_ffnbias": True,
-             "add_final_linear_bias": True, "layer_norm": "standard",
-             "encoder": {"encoder_layer_style": "postnorm"}}
+             "add_final_linear_bias": True, "layer_norm": "standard"}
+    if not as_shipped:
+        model["encoder"] = {"encoder_layer_style": "postnorm"}
     return json.dumps({**common, "training": training, "model": model}, indent=1)
 
 
-def job_onmt(cache: Path, data: Data, folder: Path, batch: int, updates: int | None, save_every: int,
-             eole: bool) -> Job:
-    config = onmt_config(data, folder, batch, updates or 10 ** 7, save_every if not updates else 10 ** 7, eole)
-    if eole:
-        command = [venv_bin(cache, "eole", "eole"), "train", "-config", str(folder / "config.yaml")]
-        return Job("eole", command, peer_env(), folder, r"Start training loop", config)
-    command = [venv_bin(cache, "opennmt-py", "onmt_train"), "-config", str(folder / "config.yaml")]
-    return Job("opennmt-py", command, peer_env(), folder, r"Start training loop", config)
+# The race's stop (module docstring), run in the toolkit's own interpreter before its command:
+#   RACE_STOP MINUTES batches MODULE ENTRY ARGS...  OpenNMT-py, eole: MODULE.Trainer's training loop gets its batches
+#       through `_accum_batches`; they end MINUTES after the first, and the toolkit saves its final checkpoint;
+#   RACE_STOP MINUTES updates MODULE ENTRY ARGS...  sockeye: after the update that reaches the deadline its
+#       `max_updates` is that update, so it makes its checkpoint there and stops.
+# ENTRY: the toolkit's command as `module:function` (its console script's), called with ARGS as its argv.
+RACE_STOP = r"""
+import importlib, sys, time
+seconds, how, module, entry = float(sys.argv[1]) * 60, sys.argv[2], sys.argv[3], sys.argv[4]
+sys.argv = [entry.split(":")[0]] + sys.argv[5:]
+trainers = importlib.import_module(module)
+deadline = None
+def reached():
+    global deadline
+    if deadline is None:
+        deadline = time.monotonic() + seconds
+    return time.monotonic() >= deadline
+if how == "batches":
+    batches = trainers.Trainer._accum_batches
+    def until_the_deadline(self, iterator):
+        for item in batches(self, iterator):
+            if reached():
+                return
+            yield item
+    trainers.Trainer._accum_batches = until_the_deadline
+else:
+    import sockeye.constants
+    sockeye.constants.MEASURE_SPEED_EVERY = 10
+    step = trainers.EarlyStoppingTrainer._step
+    def step_until_the_deadline(self, batch):
+        if deadline is None:  # the clock starts with the first update
+            reached()
+        done = step(self, batch)
+        if reached():
+            self.config.max_updates = self.state.updates
+        return done
+    trainers.EarlyStoppingTrainer._step = step_until_the_deadline
+function = importlib.import_module(entry.split(":")[0])
+sys.exit(getattr(function, entry.split(":")[1])())
+"""
+RACE_ENTRY = {"opennmt-py": ("batches", "onmt.trainer", "onmt.bin.train:main"),
+              "eole": ("batches", "eole.trainer", "eole.bin.main:main"),
+              "sockeye": ("updates", "sockeye.training", "sockeye.train:main")}
 
 
-def job_sockeye(cache: Path, data: Data, folder: Path, batch: int, updates: int | None, save_every: int) -> Job:
-    command = [python_of(cache, "sockeye"), "-c", SOCKEYE_TRAIN,
-               "--source", str(data.pieces / "train.en"), "--target", str(data.pieces / "train.de"),
-               "--validation-source", str(data.pieces / "valid.en"),
-               "--validation-target", str(data.pieces / "valid.de"), "--output", str(folder / "model"),
-               "--overwrite-output", "--shared-vocab", "--weight-tying-type", "src_trg_softmax",
-               "--num-layers", "4:4", "--transformer-model-size", "128", "--num-embed", "128:128",
-               "--transformer-attention-heads", "4", "--transformer-feed-forward-num-hidden", "256",
-               "--transformer-preprocess", "", "--transformer-postprocess", "drn",
-               "--transformer-dropout-prepost", "0.2", "--transformer-dropout-attention", "0",
-               "--transformer-dropout-act", "0", "--label-smoothing", "0.1", "--optimizer", "adam",
-               "--optimizer-betas", "0.9:0.98", "--optimizer-eps", "1e-9",
-               "--initial-learning-rate", str(SOCKEYE_BASE_LR),
-               "--learning-rate-scheduler-type", "inv-sqrt-decay", "--learning-rate-warmup", str(WARMUP),
-               "--batch-type", "word", "--batch-size", str(batch), "--max-seq-len", "128", "--use-cpu",
-               "--seed", "1", "--decode-and-evaluate", "0", "--keep-last-params", "2",
-               "--checkpoint-interval", str(10 ** 7 if updates else save_every)]
-    if updates:
-        command += ["--max-updates", str(updates)]
+def race_command(cache: Path, system: str, minutes: float, arguments: list[str]) -> list[str]:
+    """`system`'s training command stopping itself after `minutes` of training (RACE_STOP)."""
+    toolkit = TOOLKIT[system]
+    how, module, entry = RACE_ENTRY[toolkit]
+    return [python_of(cache, toolkit), "-c", RACE_STOP, f"{minutes:g}", how, module, entry, *arguments]
+
+
+def job_onmt(cache: Path, data: Data, folder: Path, batch: int, updates: int | None, minutes: float | None,
+             system: str, malloc: str = "keep") -> Job:
+    eole = TOOLKIT[system] == "eole"
+    # speed runs save nothing; a race saves once, where it stops
+    config = onmt_config(data, folder, batch, updates or 10 ** 7, 10 ** 7, eole, as_shipped=system == "eole-default")
+    arguments = (["train"] if eole else []) + ["-config", str(folder / "config.yaml")]
+    if minutes:
+        command = race_command(cache, system, minutes, arguments)
+    elif eole:
+        command = [venv_bin(cache, "eole", "eole"), *arguments]
     else:
-        command += ["--max-updates", str(10 ** 7), "--max-num-checkpoint-not-improved", "-1"]
-    return Job("sockeye", command, peer_env(), folder, r"Training started")
+        command = [venv_bin(cache, "opennmt-py", "onmt_train"), *arguments]
+    return Job(system, command, peer_env(malloc), folder, r"Start training loop", config, malloc=malloc)
+
+
+def job_sockeye(cache: Path, data: Data, folder: Path, batch: int, updates: int | None, minutes: float | None,
+                system: str = "sockeye", malloc: str = "keep", default_warmup: int = SOCKEYE_DEFAULT_WARMUP) -> Job:
+    as_shipped = system == "sockeye-default"  # its pre-norm layers, a warm-up it finishes in a race
+    warmup = default_warmup if as_shipped else WARMUP
+    arguments = ["--source", str(data.pieces / "train.en"), "--target", str(data.pieces / "train.de"),
+                 "--validation-source", str(data.pieces / "valid.en"),
+                 "--validation-target", str(data.pieces / "valid.de"), "--output", str(folder / "model"),
+                 "--overwrite-output", "--shared-vocab", "--weight-tying-type", "src_trg_softmax",
+                 "--num-layers", "4:4", "--transformer-model-size", "128", "--num-embed", "128:128",
+                 "--transformer-attention-heads", "4", "--transformer-feed-forward-num-hidden", "256",
+                 *([] if as_shipped else ["--transformer-preprocess", "", "--transformer-postprocess", "drn"]),
+                 "--transformer-dropout-prepost", "0.2", "--transformer-dropout-attention", "0",
+                 "--transformer-dropout-act", "0", "--label-smoothing", "0.1", "--optimizer", "adam",
+                 "--optimizer-betas", "0.9:0.98", "--optimizer-eps", "1e-9",
+                 "--initial-learning-rate", str(PEAK_LR * warmup ** 0.5),
+                 "--learning-rate-scheduler-type", "inv-sqrt-decay", "--learning-rate-warmup", str(warmup),
+                 "--batch-type", "word", "--batch-size", str(batch), "--max-seq-len", "128", "--use-cpu",
+                 "--seed", "1", "--decode-and-evaluate", "0", "--keep-last-params", "2",
+                 "--checkpoint-interval", str(10 ** 7)]  # a race makes its checkpoint where it stops
+    if updates:
+        arguments += ["--max-updates", str(updates)]
+    else:
+        arguments += ["--max-updates", str(10 ** 7), "--max-num-checkpoint-not-improved", "-1"]
+    if minutes:
+        command = race_command(cache, system, minutes, arguments)
+    else:
+        command = [python_of(cache, "sockeye"), "-c", SOCKEYE_TRAIN, *arguments]
+    return Job(system, command, peer_env(malloc), folder, r"Training started", malloc=malloc)
 
 
 # sockeye logs its speed every 50 updates (sockeye.constants.MEASURE_SPEED_EVERY): every 10, as the others.
@@ -534,6 +653,127 @@ from sockeye.train import main
 sys.argv[0] = "sockeye-train"
 main()
 """
+
+
+# -- each toolkit's own learning-rate schedule -------------------------------------------------------------------------
+# Run in the toolkit's interpreter: its own option parsing of the job's command or config and its own schedule code
+# give the rate of each of updates 1..N as its training loop sets it. argv: JSON {"command", "config", "updates"}.
+SCHEDULE_PROBES = {
+    # fairseq's Trainer: step_update(0) when it builds the scheduler, then step_update(n) after update n.
+    "fairseq": r"""
+import json, sys, torch
+from fairseq import optim, options
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.optim.lr_scheduler import build_lr_scheduler
+job = json.loads(sys.argv[1])
+cfg = convert_namespace_to_omegaconf(
+    options.parse_args_and_arch(options.get_training_parser(), input_args=job["command"][1:]))
+optimizer = optim.build_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
+scheduler = build_lr_scheduler(cfg.lr_scheduler, optimizer)
+scheduler.step_update(0)
+rates = []
+for update in range(1, job["updates"] + 1):
+    rates.append(optimizer.get_lr())
+    scheduler.step_update(update)
+print(json.dumps(rates))
+""",
+    # OpenNMT-py's own parsing of the config, its Optimizer.from_opt; each step() sets the rate of learning_rate().
+    "opennmt-py": r"""
+import json, sys, torch
+from onmt.opts import train_opts
+from onmt.utils.optimizers import Optimizer
+from onmt.utils.parse import ArgumentParser
+job = json.loads(sys.argv[1])
+parser = ArgumentParser(description="train")
+train_opts(parser)
+opt = parser.parse_args(["-config", job["config"]])
+optimizer = Optimizer.from_opt(torch.nn.Linear(1, 1), opt)
+rates = []
+for update in range(job["updates"]):
+    rates.append(optimizer.learning_rate())
+    optimizer.step()
+print(json.dumps(rates))
+""",
+    # eole's `train` command's config, its Optimizer.from_config; as OpenNMT-py's.
+    "eole": r"""
+import argparse, json, sys, torch
+from eole.bin.run.train import Train
+from eole.utils.optimizers import Optimizer
+job = json.loads(sys.argv[1])
+parser = argparse.ArgumentParser()
+Train.add_args(parser)
+config = Train.build_config(parser.parse_args(["-config", job["config"]]))
+optimizer = Optimizer.from_config(torch.nn.Linear(1, 1), config)
+rates = []
+for update in range(job["updates"]):
+    rates.append(optimizer.learning_rate())
+    optimizer.step()
+print(json.dumps(rates))
+""",
+    # sockeye-train's own arguments and get_lr_scheduler, called as sockeye.train calls it; its trainer steps the
+    # scheduler before each update (sockeye.training.EarlyStoppingTrainer._step).
+    "sockeye": r"""
+import argparse, json, sys, torch
+from sockeye import arguments, lr_scheduler
+job = json.loads(sys.argv[1])
+parser = arguments.ConfigArgumentParser(description="sockeye-train")
+arguments.add_train_cli_args(parser)
+args = parser.parse_args(job["command"][job["command"].index("--source"):])
+scheduler_class, kwargs = lr_scheduler.get_lr_scheduler(
+    args.learning_rate_scheduler_type, args.initial_learning_rate, args.learning_rate_reduce_factor,
+    args.learning_rate_reduce_num_not_improved, args.learning_rate_warmup, args.max_updates)
+optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=args.initial_learning_rate)
+scheduler = scheduler_class(optimizer, **kwargs)
+rates = []
+for update in range(job["updates"]):
+    scheduler.step()
+    rates.append(optimizer.param_groups[0]["lr"])
+print(json.dumps(rates))
+""",
+}
+
+
+def learning_rates(cache: Path, job: Job, updates: int) -> list[float]:
+    """The rate of each of `updates` updates as the system's own code sets it from the job's command or config (ours:
+    `vaswani-mt train`'s config loading and the trainer's `NoamLR`; a toolkit: SCHEDULE_PROBES in its environment)."""
+    import json
+
+    if job.system == "ours":
+        return ours_learning_rates(job.command, updates)
+    config = None
+    if job.config is not None:
+        job.folder.mkdir(parents=True, exist_ok=True)
+        config = str(job.folder / "config.yaml")
+        Path(config).write_text(job.config)
+    toolkit = TOOLKIT[job.system]
+    probe = {"command": job.command, "config": config, "updates": updates}
+    done = subprocess.run([python_of(cache, toolkit), "-c", SCHEDULE_PROBES[toolkit], json.dumps(probe)],
+                          capture_output=True, text=True, env=peer_env())
+    if done.returncode:
+        raise BenchError(f"{job.system}'s schedule: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def ours_learning_rates(command: list[str], updates: int) -> list[float]:
+    import torch
+
+    from vaswani_mt import VaswaniConfig
+    from vaswani_mt.cli.train import build_parser
+    from vaswani_mt.recipe.config import load_run_config, parse_overrides
+    from vaswani_mt.recipe.schedule import NoamLR, make_adam
+
+    known, rest = build_parser().parse_known_args(command[command.index("train") + 1:])
+    config = load_run_config(known.config, parse_overrides(rest))
+    model = VaswaniConfig.from_preset(config.model.preset, **config.model.config)
+    optimizer = make_adam([torch.nn.Parameter(torch.zeros(1))])
+    scheduler = NoamLR(optimizer, d_model=model.d_model, warmup_steps=config.training.warmup_steps,
+                       factor=config.training.noam_factor)
+    rates = []
+    for _ in range(updates):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return rates
 
 
 # -- reading the logs --------------------------------------------------------------------------------------------------
@@ -617,31 +857,88 @@ def parse_sockeye(text: str, target_tokens_per_sentence: float) -> list[Interval
 
 
 def parse_log(system: str, text: str, target_tokens_per_sentence: float = 0.0) -> list[Interval]:
-    if system == "ours":
+    toolkit = TOOLKIT[system]
+    if toolkit == "ours":
         return parse_ours(text)
-    if system == "fairseq":
+    if toolkit == "fairseq":
         return parse_fairseq(text)
-    if system in ("opennmt-py", "eole"):
+    if toolkit in ("opennmt-py", "eole"):
         return parse_onmt(text)
     return parse_sockeye(text, target_tokens_per_sentence)
 
 
+# -- the checkpoint each system saved where it stopped -----------------------------------------------------------------
+OURS_STOPPED = re.compile(r"training\.max_minutes \([\d.]+\) reached at update (\d+)")
+FAIRSEQ_SAVED = re.compile(r"Saved checkpoint (\S+) \(epoch \d+ @ (\d+) updates")
+SOCKEYE_CHECKPOINT_NUMBER = re.compile(r"Checkpoint \[(\d+)\]\s+Updates=(\d+)")
+
+
+@dataclass
+class Stop:
+    """What a race scores: the model (a checkpoint, or ours' run folder) and the update it was saved at."""
+
+    model: Path
+    update: int
+    checkpoint: int | None = None  # sockeye's checkpoint number
+
+
+def stop_checkpoint(system: str, folder: Path, log: str) -> Stop:
+    """The model `system` saved where it stopped in `folder` (its training output `log`), and its update: ours, the
+    final model of its run (its selection's checkpoint: the one saved at `training.max_minutes`); fairseq,
+    checkpoint_last.pt, at the update of its last "Saved checkpoint" line; OpenNMT-py and eole, their newest
+    checkpoint, named by its update; sockeye, its newest parameters, whose checkpoint line gives the update."""
+    import json
+
+    toolkit = TOOLKIT[system]
+    if toolkit == "ours":
+        update = None
+        if (record := folder / "run" / "metrics.json").is_file():
+            selected = (json.loads(record.read_text()).get("selection") or {}).get("best_checkpoint") or ""
+            if match := re.search(r"checkpoint-(\d+)", str(selected)):
+                update = int(match[1])
+        if update is None and (stopped := OURS_STOPPED.findall(log)):
+            update = int(stopped[-1])
+        if update is None:
+            raise BenchError(f"ours: no update of its final model in {folder}")
+        return Stop(folder / "run" / "model", update)
+    if toolkit == "fairseq":
+        saved = FAIRSEQ_SAVED.findall(log)
+        if not saved:
+            raise BenchError(f"fairseq saved no checkpoint ({folder / 'train.out'})")
+        return Stop(folder / "checkpoints" / "checkpoint_last.pt", int(saved[-1][1]))
+    if toolkit == "opennmt-py":
+        model = latest(folder.glob("model_step_*.pt"), r"model_step_(\d+)\.pt$")
+        return Stop(model, int(re.search(r"(\d+)\.pt$", model.name)[1]))
+    if toolkit == "eole":
+        model = latest((folder / "model").glob("step_*"), r"step_(\d+)$")
+        return Stop(model, int(model.name.split("_")[1]))
+    params = latest((folder / "model").glob("params.0*"), r"params\.(\d+)$")
+    number = int(params.name.split(".")[1])
+    updates = {int(n): int(u) for n, u in SOCKEYE_CHECKPOINT_NUMBER.findall(log)}
+    if number not in updates:
+        raise BenchError(f"sockeye: no checkpoint line for {params} ({folder / 'train.out'})")
+    return Stop(params, updates[number], number)
+
+
 # -- running -----------------------------------------------------------------------------------------------------------
-def make_job(system: str, args, data: Data, folder: Path, updates: int | None, minutes: float | None) -> Job:
-    batch = getattr(args, f"batch_{system.replace('-', '_')}")
-    if system == "ours":
-        return job_ours(data, folder, batch, updates, minutes, shlex.split(args.ours_override))
-    if system == "fairseq":
-        return job_fairseq(args.cache_dir, data, folder, batch, updates, minutes)
-    if system in ("opennmt-py", "eole"):
-        return job_onmt(args.cache_dir, data, folder, batch, updates, args.race_save_every, system == "eole")
-    return job_sockeye(args.cache_dir, data, folder, batch, updates, args.race_save_every)
+def make_job(system: str, args, data: Data, folder: Path, updates: int | None, minutes: float | None,
+             malloc: str = "keep") -> Job:
+    toolkit = TOOLKIT[system]
+    batch = getattr(args, f"batch_{toolkit.replace('-', '_')}")
+    if toolkit == "ours":
+        return job_ours(data, folder, batch, updates, minutes, shlex.split(args.ours_override), malloc)
+    if toolkit == "fairseq":
+        return job_fairseq(args.cache_dir, data, folder, batch, updates, minutes, malloc)
+    if toolkit in ("opennmt-py", "eole"):
+        return job_onmt(args.cache_dir, data, folder, batch, updates, minutes, system, malloc)
+    return job_sockeye(args.cache_dir, data, folder, batch, updates, minutes, system, malloc,
+                       args.sockeye_default_warmup)
 
 
 def run_job(job: Job, deadline_minutes: float | None = None) -> tuple[int, str]:
-    """Run a job in its folder, its output in folder/train.out. With `deadline_minutes`: stopped (SIGTERM, then
-    SIGKILL) that many minutes after its log says training began, unless it stops by itself first (ours and fairseq
-    stop themselves; the others get a margin). Returns (exit status, log text)."""
+    """Run a job in its folder, its output in folder/train.out. With `deadline_minutes` (a race, where every system
+    stops itself at the deadline and saves): stopped (SIGTERM, then SIGKILL) only if it still runs RACE_MARGIN
+    minutes after the deadline, counted from when its log says training began. Returns (exit status, log text)."""
     shutil.rmtree(job.folder, ignore_errors=True)
     job.folder.mkdir(parents=True)
     if job.config is not None:
@@ -656,14 +953,19 @@ def run_job(job: Job, deadline_minutes: float | None = None) -> tuple[int, str]:
         pattern = re.compile(job.start_pattern)
         while process.poll() is None:
             time.sleep(1.0)
-            if deadline_minutes is None or job.system in ("ours", "fairseq"):
+            if deadline_minutes is None:
                 continue
             if began is None and (pattern.search(out.read_text(errors="replace"))
                                   or time.monotonic() - started > 300):
                 began = time.monotonic()
-            if began is not None and time.monotonic() - began > deadline_minutes * 60:
+            if began is not None and time.monotonic() - began > (deadline_minutes + RACE_MARGIN) * 60:
+                print(f"  {job.system}: still running {RACE_MARGIN} minutes after its deadline: stopped",
+                      file=sys.stderr)
                 stop(process)
     return process.returncode, out.read_text(errors="replace")
+
+
+RACE_MARGIN = 10  # minutes after the deadline before a system that did not stop itself is stopped
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -683,6 +985,7 @@ def stop(process: subprocess.Popen) -> None:
 @dataclass
 class Result:
     system: str
+    malloc: str = "keep"
     intervals: list[Interval] = field(default_factory=list)  # after each run's first
     runs: int = 0
     disturbed: int = 0
@@ -695,55 +998,75 @@ class Result:
         return statistics.median(values) if values else None
 
 
-def speed(args, data: Data) -> dict[str, Result]:
-    results = {system: Result(system) for system in args.systems}
+def check_ours_malloc(job: Job, text: str) -> None:
+    """Ours' log says whether malloc keeps freed memory: it must be what the job asked for."""
+    if job.system == "ours" and (OURS_KEEPS_MEMORY in text) != (job.malloc == "keep"):
+        raise BenchError(f"ours ran with malloc {'keeping' if job.malloc == 'default' else 'not keeping'} freed "
+                         f"memory, asked for {job.malloc!r} ({job.folder / 'train.out'})")
+
+
+def speed(args, data: Data) -> dict[tuple[str, str], Result]:
+    """Every system, `--rounds` times, in turn; each system with each of the malloc settings one after the other."""
+    results = {(system, malloc): Result(system, malloc) for system in args.systems for malloc in args.mallocs}
     target_per_sentence = data.target_tokens_per_sentence()
     monitor = LoadMonitor()
     for round_ in range(args.rounds):
         for system in args.systems:
-            for attempt in range(args.max_redo + 1):
-                load_before = wait_for_idle(args.idle_threshold, args.max_wait)
-                job = make_job(system, args, data, args.work_dir / "speed" / system, args.updates, None)
-                monitor.start()
-                status, text = run_job(job)
-                load = monitor.other_cores()
-                if status:
-                    tail = " | ".join(text.strip().splitlines()[-3:])
-                    raise BenchError(f"{system} failed (exit {status}; {job.folder / 'train.out'}): {tail}")
-                intervals = parse_log(system, text, target_per_sentence)
-                if len(intervals) < 2:
-                    raise BenchError(f"{system}: {len(intervals)} logged intervals in {job.folder / 'train.out'}; "
-                                     "need 2 or more (more --updates)")
-                quiet = load < args.idle_threshold and load_before < args.idle_threshold
-                if quiet or attempt == args.max_redo:
-                    break
-            result = results[system]
-            result.intervals += intervals[1:]
-            result.runs += 1
-            result.disturbed += not quiet
-            rates = [i.tokens_per_second for i in intervals[1:]]
-            print(f"  round {round_ + 1}/{args.rounds} {system:<11} median {statistics.median(rates):8,.0f} target "
-                  f"tok/s over {len(rates)} intervals, other load {load:.2f} cores"
-                  f"{'' if quiet else ' (disturbed)'}", file=sys.stderr)
+            for malloc in args.mallocs:
+                for attempt in range(args.max_redo + 1):
+                    load_before = wait_for_idle(args.idle_threshold, args.max_wait)
+                    job = make_job(system, args, data, args.work_dir / "speed" / malloc / system, args.updates, None,
+                                   malloc)
+                    monitor.start()
+                    status, text = run_job(job)
+                    load = monitor.other_cores()
+                    if status:
+                        tail = " | ".join(text.strip().splitlines()[-3:])
+                        raise BenchError(f"{system} failed (exit {status}; {job.folder / 'train.out'}): {tail}")
+                    check_ours_malloc(job, text)
+                    intervals = parse_log(system, text, target_per_sentence)
+                    if len(intervals) < 2:
+                        raise BenchError(f"{system}: {len(intervals)} logged intervals in "
+                                         f"{job.folder / 'train.out'}; need 2 or more (more --updates)")
+                    quiet = load < args.idle_threshold and load_before < args.idle_threshold
+                    if quiet or attempt == args.max_redo:
+                        break
+                result = results[system, malloc]
+                result.intervals += intervals[1:]
+                result.runs += 1
+                result.disturbed += not quiet
+                rates = [i.tokens_per_second for i in intervals[1:]]
+                print(f"  round {round_ + 1}/{args.rounds} {system:<15} malloc {malloc:<7} median "
+                      f"{statistics.median(rates):8,.0f} target tok/s over {len(rates)} intervals, other load "
+                      f"{load:.2f} cores{'' if quiet else ' (disturbed)'}", file=sys.stderr)
     return results
 
 
 def versions(cache: Path, systems: list[str]) -> dict[str, tuple[str, str]]:
-    """(toolkit version, torch version) per system, from its own environment."""
+    """(toolkit version, torch version) per system, from its own environment; ours: its version and commit."""
     found = {}
-    for system in systems:
-        python = sys.executable if system == "ours" else python_of(cache, system)
-        module = {"ours": "vaswani_mt", "opennmt-py": "onmt"}.get(system, system)
+    for toolkit in dict.fromkeys(TOOLKIT[system] for system in systems):
+        python = sys.executable if toolkit == "ours" else python_of(cache, toolkit)
+        module = {"ours": "vaswani_mt", "opennmt-py": "onmt"}.get(toolkit, toolkit)
         code = (f"import importlib.metadata as m, torch\ntry:\n import {module} as x; v = getattr(x, '__version__', '')"
-                f"\nexcept Exception: v = ''\nprint(v or m.version({system!r}), torch.__version__)")
-        env = peer_env({"PYTHONPATH": str(REPO)} if system == "ours" else None)
+                f"\nexcept Exception: v = ''\nprint(v or m.version({toolkit!r}), torch.__version__)")
+        env = peer_env("default", {"PYTHONPATH": str(REPO)} if toolkit == "ours" else None)
         result = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
         words = result.stdout.split()
-        found[system] = (words[0], words[1]) if result.returncode == 0 and len(words) == 2 else ("?", "?")
+        found[toolkit] = (words[0], words[1]) if result.returncode == 0 and len(words) == 2 else ("?", "?")
     if "ours" in found:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
-        found["ours"] = (f"{found['ours'][0]} {commit.stdout.strip()}".strip(), found["ours"][1])
-    return found
+        found["ours"] = (f"{found['ours'][0]} {commit()}".strip(), found["ours"][1])
+    return {system: found[TOOLKIT[system]] for system in systems}
+
+
+def commit() -> str:
+    """The checkout's commit, and whether files differ from it (ours runs from the checkout)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                             cwd=REPO)
+    if head.returncode:
+        return ""
+    return head.stdout.strip() + (" with uncommitted changes" if changed.stdout.strip() else "")
 
 
 def cpu_line() -> str:
@@ -760,25 +1083,48 @@ def cpu_line() -> str:
     return f"CPU {model}, {os.cpu_count()} cores ({shown}); {THREADS} threads, float32"
 
 
-NAMES = {"ours": "vaswani_mt", "fairseq": "fairseq", "opennmt-py": "OpenNMT-py", "eole": "eole", "sockeye": "sockeye"}
+def settings_line(mallocs) -> str:
+    """The process settings every system ran with."""
+    described = {"keep": "malloc keeps freed memory (" + " ".join(f"{k}={v}" for k, v in malloc_env("keep").items())
+                         + "; ours also by mallopt)",
+                 "default": "glibc's malloc as it comes (no MALLOC_* variables; ours' mallopt left out)"}
+    return (f"every system: OMP_NUM_THREADS={THREADS} MKL_NUM_THREADS={THREADS} GOMP_SPINCOUNT={SPIN_COUNT}; "
+            + " / ".join(described[m] for m in mallocs))
 
 
-def speed_table(args, results: dict[str, Result], found: dict) -> list[str]:
-    ours = results["ours"].rate() if "ours" in results else None
-    reference = results["ours"].per_update() if "ours" in results else None
-    lines = ["| system | version | torch | target tok/s (median) | min–max | target tokens per update | batch flag "
-             "| ours ÷ it | runs (disturbed) |", "|---|---|---|---|---|---|---|---|---|"]
-    for system, result in results.items():
+NAMES = {"ours": "vaswani_mt", "fairseq": "fairseq", "opennmt-py": "OpenNMT-py", "eole": "eole",
+         "eole-default": "eole, as shipped", "sockeye": "sockeye", "sockeye-default": "sockeye, as shipped"}
+# Where each system puts its layer norm (the equal-settings runs: post-norm where the toolkit has it).
+LAYERS = {"ours": "post-norm", "fairseq": "post-norm (its default)", "opennmt-py": "pre-norm (its only)",
+          "eole": "encoder post-norm, decoder pre-norm (its only)", "eole-default": "pre-norm (its default)",
+          "sockeye": "post-norm", "sockeye-default": "pre-norm (its default)"}
+
+
+def speed_table(args, results: dict[tuple[str, str], Result], found: dict) -> list[str]:
+    """One row per system and malloc setting; ours ÷ it between runs with the same setting; then each system's
+    speed with malloc keeping freed memory over its speed without, where both ran."""
+    lines = ["| system | version | torch | malloc | target tok/s (median) | min–max | target tokens per update | "
+             "batch flag | ours ÷ it, same malloc | runs (disturbed) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (system, malloc), result in results.items():
+        ours = results.get(("ours", malloc))
+        reference = ours.per_update() if ours else None
         rates = [i.tokens_per_second for i in result.intervals]
         per_update = result.per_update()
         off = ""
         if reference and per_update and abs(per_update / reference - 1) > 0.05:
             off = f" ({per_update / reference - 1:+.0%} vs ours)"
-        ratio = "–" if system == "ours" or not ours else f"{ours / result.rate():.2f}×"
-        lines.append(f"| {NAMES[system]} | {found[system][0]} | {found[system][1]} | {result.rate():,.0f} | "
+        ratio = "–" if system == "ours" or not ours else f"{ours.rate() / result.rate():.2f}×"
+        toolkit = TOOLKIT[system]
+        lines.append(f"| {NAMES[system]} | {found[system][0]} | {found[system][1]} | {malloc} | {result.rate():,.0f} | "
                      f"{min(rates):,.0f}–{max(rates):,.0f} | {per_update or 0:,.0f}{off} | "
-                     f"{BATCH_FLAGS[system]} {getattr(args, 'batch_' + system.replace('-', '_'))} | {ratio} | "
+                     f"{BATCH_FLAGS[toolkit]} {getattr(args, 'batch_' + toolkit.replace('-', '_'))} | {ratio} | "
                      f"{result.runs} ({result.disturbed}) |")
+    both = [system for system in dict.fromkeys(s for s, _ in results)
+            if (system, "keep") in results and (system, "default") in results]
+    if both:
+        lines += ["", "| system | malloc keeps ÷ glibc's default |", "|---|---|"]
+        lines += [f"| {NAMES[system]} | {results[system, 'keep'].rate() / results[system, 'default'].rate():.2f}× |"
+                  for system in both]
     return lines
 
 
@@ -833,72 +1179,99 @@ def test_set(args, data: Data) -> TestSet:
     return part
 
 
-def translate_command(system: str, args, data: Data, test: TestSet, folder: Path, output: Path) -> list[str]:
-    cache, source = args.cache_dir, str(test.pieces)
-    if system == "ours":
-        return [sys.executable, "-m", "vaswani_mt.cli", "translate", str(folder / "run" / "model"), "--input",
+def translate_command(system: str, args, data: Data, test: TestSet, folder: Path, stopped: Stop,
+                      output: Path) -> list[str]:
+    """`system`'s own beam search (beam 5) over the test set with the model it saved where it stopped."""
+    cache, source, toolkit = args.cache_dir, str(test.pieces), TOOLKIT[system]
+    if toolkit == "ours":
+        return [sys.executable, "-m", "vaswani_mt.cli", "translate", str(stopped.model), "--input",
                 str(test.raw), "--output", str(output), "--num-beams", "5"]
-    if system == "fairseq":  # reads the pieces from --input; prints H-<id> lines
+    if toolkit == "fairseq":  # reads the pieces from --input; prints H-<id> lines
         return [python_of(cache, "fairseq"), "-c", FAIRSEQ_INTERACTIVE, str(data.fairseq_bin), "--path",
-                str(folder / "checkpoints" / "checkpoint_last.pt"), "--source-lang", "en", "--target-lang", "de",
+                str(stopped.model), "--source-lang", "en", "--target-lang", "de",
                 "--input", source, "--beam", "5", "--batch-size", "64", "--buffer-size", "64", "--cpu"]
-    if system == "opennmt-py":
-        model = latest(folder.glob("model_step_*.pt"), r"model_step_(\d+)\.pt$")
-        return [venv_bin(cache, "opennmt-py", "onmt_translate"), "-model", str(model), "-src", source,
+    if toolkit == "opennmt-py":
+        return [venv_bin(cache, "opennmt-py", "onmt_translate"), "-model", str(stopped.model), "-src", source,
                 "-output", str(output), "-beam_size", "5", "-batch_size", "64"]
-    if system == "eole":
-        model = latest((folder / "model").glob("step_*"), r"step_(\d+)$")
-        return [venv_bin(cache, "eole", "eole"), "predict", "-model_path", str(model), "-src", source,
+    if toolkit == "eole":
+        return [venv_bin(cache, "eole", "eole"), "predict", "-model_path", str(stopped.model), "-src", source,
                 "-output", str(output), "-beam_size", "5", "-batch_size", "64"]
-    checkpoint = latest((folder / "model").glob("params.0*"), r"params\.(\d+)$")
     return [venv_bin(cache, "sockeye", "sockeye-translate"), "--models", str(folder / "model"), "--checkpoints",
-            str(int(checkpoint.name.split(".")[1])), "--input", source, "--output", str(output),
+            str(stopped.checkpoint), "--input", source, "--output", str(output),
             "--beam-size", "5", "--batch-size", "64", "--use-cpu"]
 
 
+@dataclass
+class RaceResult:
+    """One system's race: the update its model was saved at, its last logged update, target tokens per update,
+    BLEU, its warm-up."""
+
+    system: str
+    malloc: str
+    scored_update: int
+    last_logged: int
+    per_update: float
+    bleu: float
+    warmup: int = WARMUP
+
+
+def race_table(minutes: float, test_name: str, results: list[RaceResult], found: dict) -> list[str]:
+    lines = [f"| system | version | layers | warm-up | malloc | updates in {minutes:g} min: scored (last logged) | "
+             f"target tokens per update | BLEU ({test_name}, beam 5) |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {NAMES[r.system]} | {found[r.system][0]} | {LAYERS[r.system]} | {r.warmup:,} | {r.malloc} | "
+                     f"{r.scored_update:,} ({r.last_logged:,}) | {r.per_update:,.0f} | {r.bleu:.2f} |")
+    return lines
+
+
 def race(args, data: Data) -> list[str]:
+    """Every system, one after the other, in this one run of the script (module docstring); the table."""
+    import json
+
     found = versions(args.cache_dir, args.systems)
     test_name = f"first {args.test_lines} lines of test2016" if args.test_lines else "test2016"
-    lines = [f"| system | version | updates in {args.race:g} min (last logged) | target tokens per update | "
-             f"BLEU ({test_name}, beam 5) |",
-             "|---|---|---|---|---|"]
-    signature, test = "", test_set(args, data)
-    for system in args.systems:
-        folder = args.work_dir / "race" / system
-        wait_for_idle(args.idle_threshold, args.max_wait)
-        print(f"  {system}: training {args.race:g} minutes", file=sys.stderr)
-        job = make_job(system, args, data, folder, None, args.race)
-        status, text = run_job(job, args.race)
-        intervals = parse_log(system, text, data.target_tokens_per_sentence())
-        if not intervals:
-            raise BenchError(f"{system} logged no training (exit {status}; {folder / 'train.out'})")
-        output = folder / "test2016.hyp"
-        command = translate_command(system, args, data, test, folder, output)
-        print(f"  {system}: translating test2016 ({intervals[-1].update} updates)", file=sys.stderr)
-        log = folder / "translate.out"
-        env = peer_env({"PYTHONPATH": str(REPO)} if system == "ours" else None)
-        if system == "fairseq":  # torch >= 2.6 loads only tensors by default; fairseq's checkpoints hold more
-            env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
-        if system == "fairseq":  # its hypotheses are the H-<id> lines of its output, in pieces
-            run_logged(command, log, env=env, what="fairseq-interactive")
-            hypotheses = dict(re.findall(r"^H-(\d+)\t[^\t]*\t(.*)$", log.read_text(encoding="utf-8"), re.M))
-            output.write_text("".join(hypotheses[str(i)] + "\n" for i in range(len(hypotheses))), encoding="utf-8")
-        else:
-            run_logged(command, log, env=env, what=f"{system}'s translation")
-        scored = subprocess.run([python_of(args.cache_dir, "tools"), "-c", DECODE_AND_SCORE,
-                                 str(data.root / "spm.model"), str(output), str(test.reference),
-                                 "text" if system == "ours" else "pieces"], capture_output=True, text=True)
-        if scored.returncode:
-            raise BenchError(f"scoring {system}: {scored.stderr.strip().splitlines()[-1]}")
-        import json
-
-        score = json.loads(scored.stdout)
-        signature = score["signature"]
-        per_update = statistics.median([i.tokens_per_update for i in intervals if i.tokens_per_update] or [0])
-        lines.append(f"| {NAMES[system]} | {found[system][0]} | {intervals[-1].update:,} | {per_update:,.0f} | "
-                     f"{score['bleu']:.2f} |")
-        print(f"  {system}: BLEU {score['bleu']:.2f}", file=sys.stderr)
-    return lines + ["", f"sacreBLEU {signature}, detokenized output against the raw references"]
+    signature, test, results = "", test_set(args, data), []
+    for malloc in args.mallocs:
+        for system in args.systems:
+            folder = args.work_dir / "race" / malloc / system
+            wait_for_idle(args.idle_threshold, args.max_wait)
+            print(f"  {system}: training {args.race:g} minutes (malloc {malloc})", file=sys.stderr)
+            job = make_job(system, args, data, folder, None, args.race, malloc)
+            status, text = run_job(job, args.race)
+            check_ours_malloc(job, text)
+            intervals = parse_log(system, text, data.target_tokens_per_sentence())
+            if not intervals:
+                raise BenchError(f"{system} logged no training (exit {status}; {folder / 'train.out'})")
+            stopped = stop_checkpoint(system, folder, text)
+            output = folder / "test2016.hyp"
+            command = translate_command(system, args, data, test, folder, stopped, output)
+            print(f"  {system}: translating {test_name} with its model of update {stopped.update}", file=sys.stderr)
+            log = folder / "translate.out"
+            env = peer_env(malloc, {"PYTHONPATH": str(REPO)} if system == "ours" else None)
+            if TOOLKIT[system] == "fairseq":  # its hypotheses: the H-<id> lines of its output, in pieces
+                env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"  # torch >= 2.6 loads only tensors by default
+                run_logged(command, log, env=env, what="fairseq-interactive")
+                hypotheses = dict(re.findall(r"^H-(\d+)\t[^\t]*\t(.*)$", log.read_text(encoding="utf-8"), re.M))
+                output.write_text("".join(hypotheses[str(i)] + "\n" for i in range(len(hypotheses))),
+                                  encoding="utf-8")
+            else:
+                run_logged(command, log, env=env, what=f"{system}'s translation")
+            scored = subprocess.run([python_of(args.cache_dir, "tools"), "-c", DECODE_AND_SCORE,
+                                     str(data.root / "spm.model"), str(output), str(test.reference),
+                                     "text" if system == "ours" else "pieces"], capture_output=True, text=True)
+            if scored.returncode:
+                raise BenchError(f"scoring {system}: {scored.stderr.strip().splitlines()[-1]}")
+            score = json.loads(scored.stdout)
+            signature = score["signature"]
+            per_update = statistics.median([i.tokens_per_update for i in intervals if i.tokens_per_update] or [0])
+            warmup = args.sockeye_default_warmup if system == "sockeye-default" else WARMUP
+            results.append(RaceResult(system, malloc, stopped.update, intervals[-1].update, per_update,
+                                      score["bleu"], warmup))
+            print(f"  {system}: BLEU {score['bleu']:.2f}", file=sys.stderr)
+    return [f"vaswani_mt at {found.get('ours', ('', ''))[0] or 'its checkout'}; {settings_line(args.mallocs)}",
+            *race_table(args.race, test_name, results, found), "",
+            f"sacreBLEU {signature}, detokenized output against the raw references; each system scored with the "
+            "model it saved where it stopped"]
 
 
 # -- the command -------------------------------------------------------------------------------------------------------
@@ -910,16 +1283,19 @@ def main(argv=None) -> int:
                         help="environments and prepared data (default: $VASWANI_MT_PEERS_CACHE or %(default)s)")
     parser.add_argument("--work-dir", type=Path, help="the runs' folders (default: CACHE/runs)")
     parser.add_argument("--data", type=Path, default=MULTI30K, help="Multi30k: {train,valid,test2016}.{en,de}")
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), metavar="SYSTEM",
-                        help=f"any of {', '.join(SYSTEMS)} (default: all)")
+    parser.add_argument("--systems", nargs="+", metavar="SYSTEM",
+                        help=f"any of {', '.join(SYSTEMS)} (default: {', '.join(SPEED_SYSTEMS)}; --race: all)")
     parser.add_argument("--updates", type=int, default=100, help="updates per timed run (default 100)")
     parser.add_argument("--rounds", type=int, default=3, help="timed runs per system, alternated (default 3)")
+    parser.add_argument("--malloc", choices=("keep", "default", "both"),
+                        help="glibc's malloc for every system: keep freed memory (what `vaswani-mt train` sets), "
+                             "its defaults, or both, each system both ways (default: both; --race: keep)")
     parser.add_argument("--race", type=float, metavar="MINUTES",
                         help="train each system MINUTES, then translate test2016 with beam 5 and print BLEU")
     parser.add_argument("--test-lines", type=int, help="--race: translate only the first N test lines (a check)")
-    parser.add_argument("--race-save-every", type=int, default=100,
-                        help="checkpoint interval (updates) of the peers stopped at the race's deadline")
-    for system in SYSTEMS:
+    parser.add_argument("--sockeye-default-warmup", type=int, default=SOCKEYE_DEFAULT_WARMUP,
+                        help="the warm-up of sockeye-default, to the same peak rate (default %(default)s)")
+    for system in DEFAULT_BATCH:
         parser.add_argument(f"--batch-{system}", type=int, default=DEFAULT_BATCH[system],
                             help=f"{NAMES[system]}'s {BATCH_FLAGS[system]} (default %(default)s)")
     parser.add_argument("--ours-override", default="", metavar="OPTIONS",
@@ -929,16 +1305,21 @@ def main(argv=None) -> int:
     parser.add_argument("--max-redo", type=int, default=1, help="reruns of a run other processes disturbed")
     args = parser.parse_args(argv)
     try:
+        args.systems = args.systems or list(SYSTEMS if args.race is not None else SPEED_SYSTEMS)
         unknown = [s for s in args.systems if s not in SYSTEMS]
         if unknown:
             raise BenchError(f"unknown system {unknown[0]!r}; choose from {', '.join(SYSTEMS)}")
         if args.updates < 20 or args.rounds < 1 or (args.race is not None and args.race <= 0):
             raise BenchError("--updates must be at least 20 (two logged intervals), --rounds and --race positive")
-        if any(getattr(args, f"batch_{s.replace('-', '_')}") <= 0 for s in SYSTEMS):
+        if any(getattr(args, f"batch_{s.replace('-', '_')}") <= 0 for s in DEFAULT_BATCH):
             raise BenchError("batch sizes must be positive")
+        if args.sockeye_default_warmup < 1:
+            raise BenchError("--sockeye-default-warmup must be positive")
+        malloc = args.malloc or ("keep" if args.race is not None else "both")
+        args.mallocs = list(MALLOCS) if malloc == "both" else [malloc]
         args.work_dir = args.work_dir or args.cache_dir / "runs"
         if args.install:
-            install(args.cache_dir, [s for s in args.systems if s != "ours"])
+            install(args.cache_dir, list(dict.fromkeys(TOOLKIT[s] for s in args.systems if s != "ours")))
             return 0
         data = prepare(args.cache_dir, args.data, args.systems)
         print(cpu_line())
@@ -951,9 +1332,11 @@ def main(argv=None) -> int:
               "after each run's first")
         results = speed(args, data)
         print(cpu_line())
+        print(settings_line(args.mallocs))
         print("\n".join(speed_table(args, results, found)))
-        if "ours" in results:
-            print(share_of_the_cpu(data, results["ours"].rate(), args))
+        for malloc in args.mallocs:
+            if ("ours", malloc) in results:
+                print(f"malloc {malloc}: {share_of_the_cpu(data, results['ours', malloc].rate(), args)}")
         if any(r.disturbed for r in results.values()):
             print("WARNING: some runs were disturbed by other processes; treat the figures as rough")
         return 0

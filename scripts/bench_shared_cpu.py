@@ -9,11 +9,11 @@ as `bench_training.py`), for `--seconds` after two warm-up steps, and reports it
 worker alone, then two at once; the ratio of each one's speed together to the speed alone is what a second run on
 the same machine leaves it (two runs sharing 2 cores fairly keep about 50 % each).
 
-Variants (`--variants`): `torch` — torch as it starts without vaswani_mt (OpenMP threads on every core; a waiting
-thread spins 300,000 times before it sleeps); `shipped` — vaswani_mt imported first, as `vaswani-mt` and
-`python -m vaswani_mt.cli.*` do: a waiting thread spins 10,000 times (`GOMP_SPINCOUNT`, set by
-`vaswani_mt/__init__.py`); `one-thread` — one torch thread per process, for comparison. The CPU model and flags are
-printed beside the figures. Run it alone on the machine.
+Variants (`--variants`): `torch` — torch as it starts without the command (OpenMP threads on every core; a waiting
+thread spins 300,000 times before it sleeps); `shipped` — the environment the `vaswani-mt` command sets for its own
+process before torch loads (`vaswani_mt.cli.PROCESS_ENVIRONMENT`: a waiting thread spins 10,000 times,
+`GOMP_SPINCOUNT`); `one-thread` — one torch thread per process, for comparison. The CPU model and flags are printed
+beside the figures. Run it alone on the machine.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark_common import cpu_model  # noqa: E402
 
+from vaswani_mt.cli import PROCESS_ENVIRONMENT  # noqa: E402
+
 PAIRS, LENGTH = 266, 15
 VARIANTS = ("torch", "shipped", "one-thread")
 
 
 def worker(seconds: float, variant: str) -> dict:
     """Train the mini preset for `seconds`; {"tokens_per_second", "steps", "threads"}."""
-    if variant == "shipped":
-        import vaswani_mt  # noqa: F401 - before torch: it sets how OpenMP threads wait
     import torch
 
     if variant == "one-thread":
@@ -69,6 +69,8 @@ def worker(seconds: float, variant: str) -> dict:
 def run_workers(count: int, seconds: float, variant: str) -> list[dict]:
     command = [sys.executable, __file__, "--worker", str(seconds), "--variants", variant]
     env = {name: value for name, value in os.environ.items() if name not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    if variant == "shipped":  # read by OpenMP when the worker's torch loads it, as in the command's process
+        env.update(PROCESS_ENVIRONMENT)
     processes = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) for _ in range(count)]
     results = []
     for process in processes:

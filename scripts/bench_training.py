@@ -11,22 +11,27 @@ The "small" shape (d_model 256, 3+3 layers, 4 heads, FFN 1024, vocab 8000, dropo
 128, 4+4 layers, 4 heads, FFN 256, vocab 10000, dropout 0.3 as the preset; the cased configs train with 0.2,
 which does not change a step's work), 266 sentence pairs of 15
 source and 15 target tokens (3990 target tokens per step, as in /work/shared/notes/benchmarks.md), torch with 2
-threads, fused Adam (betas 0.9/0.98, eps 1e-9) for both — transformers' Trainer's default optimizer is fused too.
-The Marian model is `vaswani_mt.model.convert.to_marian(ours)`. Each model uses its own loss (ours: token-level
-cross-entropy; Marian: mean cross-entropy) — the same computation.
+threads. The Marian model is `vaswani_mt.model.convert.to_marian(ours)`.
 
-Precisions: `fp32`; `bf16` = `torch.autocast("cpu", torch.bfloat16)` around forward and loss, fp32 weights and
-optimizer (what `bf16: true` in our training configs does through the Trainer). Under bf16 Marian runs both with
-its default attention (sdpa) and with eager attention (`marian eager`), so the peer's better setting is shown too;
-ours picks eager attention on CPU in bf16 by itself. Each repetition times every system (A B A B ...) after waiting
-for other processes to go quiet; disturbed repetitions are redone. Prints target tokens per second (median,
-min–max), the ratio to Marian at the same precision and to Marian fp32.
+Each system makes its updates through its own Trainer, as that Trainer's training loop makes them
+(`benchmark_common.trainer_updates`): ours through `VaswaniTrainer` (its `compute_loss`, its Adam), Marian through
+transformers' `Seq2SeqTrainer` (fused AdamW without weight decay), both with betas 0.9/0.98 and epsilon 1e-9. The
+model and optimizer are prepared by the trainer's accelerator; an update is the trainer's `training_step` (loss and
+backward), the gradient norm the loop logs, the optimizer's and the schedule's step.
 
-`--loss training`: the label-smoothed loss (ε = 0.1) each model trains with: ours through
-`vaswani_mt.recipe.loss.projected_label_smoothed_cross_entropy` (what `VaswaniTrainer` uses on CPU: the output
-projection inside the loss, block by block), Marian through transformers' `LabelSmoother` (what
-`Seq2SeqTrainer(label_smoothing_factor=0.1)` uses), plus `ours log_softmax loss`: the same loss through the model's
-logits and its one-log_softmax function (`label_smoothed_cross_entropy`).
+Precisions: `fp32`; `bf16` = the Trainer's `bf16=True` (what `training.precision: bf16` sets): accelerate's bfloat16
+autocast around the model's forward, whose outputs it hands back in float32; fp32 weights and optimizer. Ours then
+computes its loss, with the output projection inside it on CPU, under the same autocast (`VaswaniTrainer.loss_autocast`:
+the projection's products in bfloat16, softmax and sums in float32); Marian's loss runs on the float32 logits. Under
+bf16 Marian runs both with its default attention (sdpa) and with eager attention (`marian eager`), so the peer's
+better setting is shown too; ours picks eager attention on CPU by itself. Each repetition times every system
+(A B A B ...) after waiting for other processes to go quiet; disturbed repetitions are redone. Prints target tokens
+per second (median, min–max), the ratio to Marian at the same precision and to Marian fp32.
+
+`--loss training`: the label-smoothed loss (ε = 0.1) each trainer trains with: ours `VaswaniTrainer`'s
+(`label_smoothing` 0.1; on CPU `vaswani_mt.recipe.loss.projected_label_smoothed_cross_entropy`, the output
+projection inside the loss, block by block), Marian `Seq2SeqTrainer(label_smoothing_factor=0.1)`'s `LabelSmoother`.
+`--loss model`: no smoothing (ours `label_smoothing` 0, Marian's own cross-entropy).
 `--malloc keep`: glibc's malloc keeps freed memory in the process, as `vaswani-mt train` sets it on CPU
 (`vaswani_mt.recipe.host_memory`); `--malloc both` times every system both ways, switching before each run.
 
@@ -36,7 +41,6 @@ Target of the project (issue): training >= 1.25x Marian.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import sys
 from pathlib import Path
@@ -44,7 +48,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_common import SMALL_SHAPE, fmt_range, measure  # noqa: E402
+from benchmark_common import SMALL_SHAPE, fmt_range, measure, trainer_updates  # noqa: E402
 
 PAIRS, LENGTH = 266, 15
 
@@ -57,53 +61,17 @@ def make_batch(vocab_size: int, seed: int = 1) -> dict:
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
 
 
-def step_runner(model, batch, steps: int, bf16: bool, loss_of=None, malloc=None):
-    """`loss_of(model, batch)`: the loss to train; None: the model's own (`model(**batch).loss`). `malloc`: the
+def step_runner(model, batch, steps: int, precision: str, label_smoothing: float, malloc=None):
+    """`steps` updates of `model` through its Trainer (`benchmark_common.trainer_updates`). `malloc`: the
     (mmap, trim) thresholds to set before each run; None: leave malloc as it is."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    updates = trainer_updates(model, batch, precision, "cpu", label_smoothing=label_smoothing)
 
-    def run():
+    def run(steps: int = steps):
         if malloc is not None:
             set_malloc(*malloc)
-        for _ in range(steps):
-            with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
-                loss = model(**batch).loss if loss_of is None else loss_of(model, batch)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        updates(steps)
+    run.trainer = updates.trainer
     return run
-
-
-def ours_training_loss(projected: bool):
-    """Our training loss: through the model's logits, or (`projected`) with the output projection inside the loss,
-    as `VaswaniTrainer` computes it on CPU."""
-    from vaswani_mt.model.modeling_vaswani import label_smoothed_cross_entropy
-    from vaswani_mt.recipe.loss import output_projection_in_the_loss, projected_label_smoothed_cross_entropy
-
-    def loss_of(model, batch):
-        labels = batch["labels"]
-        inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                      decoder_input_ids=model.prepare_decoder_input_ids_from_labels(labels), use_cache=False)
-        pad = model.config.pad_token_id
-        if not projected:
-            loss_sum, _, count = label_smoothed_cross_entropy(model(**inputs).logits, labels, 0.1, pad_token_id=pad)
-            return loss_sum / count
-        with output_projection_in_the_loss(model) as (weight, bias):
-            hidden = model(**inputs).logits
-        loss_sum, _, count = projected_label_smoothed_cross_entropy(hidden, weight, labels, 0.1, pad_token_id=pad,
-                                                                    bias=bias)
-        return loss_sum / count
-    return loss_of
-
-
-def marian_training_loss():
-    from transformers.trainer_pt_utils import LabelSmoother
-
-    smoother = LabelSmoother(epsilon=0.1)
-
-    def loss_of(model, batch):
-        return smoother(model(**batch), batch["labels"], shift_labels=False)
-    return loss_of
 
 
 def set_malloc(mmap_threshold: int, trim_threshold: int) -> None:
@@ -132,7 +100,7 @@ def main(argv=None) -> int:
     parser.add_argument("--shape", choices=("small", "mini"), default="small",
                         help="small (the former multi30k default) or mini (the multi30k configs' shape)")
     parser.add_argument("--loss", choices=("model", "training"), default="model",
-                        help="model: each model's own cross-entropy; training: label smoothing 0.1 (docstring)")
+                        help="model: no label smoothing; training: label smoothing 0.1, as trained (docstring)")
     parser.add_argument("--malloc", choices=("as-is", "keep", "both"), default="as-is",
                         help="keep: malloc keeps freed memory (as `vaswani-mt train`); both: time each way")
     args = parser.parse_args(argv)
@@ -162,27 +130,21 @@ def main(argv=None) -> int:
         loss_ours, loss_marian = ours(**batch).loss.item(), marian(**batch).loss.item()
         ours.train(), marian.train()
     precisions = ("fp32", "bf16") if args.precision == "all" else (args.precision,)
-    training_loss = args.loss == "training"
+    label_smoothing = 0.1 if args.loss == "training" else 0.0
     mallocs = {"as-is": {"": None}, "keep": {"": keep_freed}, "both": {", malloc default": MALLOC_DEFAULT,
                                                                        ", malloc keeps": keep_freed}}[args.malloc]
     systems = {}
     for suffix, malloc in mallocs.items():
-        for precision in precisions:  # a fresh copy per system: each has its own optimizer state and weights
-            bf16 = precision == "bf16"
-            marian_loss = marian_training_loss() if training_loss else None
-            systems[f"marian{suffix} {precision}"] = step_runner(copy.deepcopy(marian), batch, args.steps, bf16,
-                                                                 marian_loss, malloc)
-            if bf16:
+        for precision in precisions:  # a fresh copy per system: each has its own trainer, optimizer state, weights
+            systems[f"marian{suffix} {precision}"] = step_runner(copy.deepcopy(marian), batch, args.steps, precision,
+                                                                 label_smoothing, malloc)
+            if precision == "bf16":
                 eager = copy.deepcopy(marian)
                 eager.set_attn_implementation("eager")
-                systems[f"marian eager{suffix} {precision}"] = step_runner(eager, batch, args.steps, bf16, marian_loss,
-                                                                           malloc)
-            if training_loss:
-                systems[f"ours log_softmax loss{suffix} {precision}"] = step_runner(
-                    copy.deepcopy(ours), batch, args.steps, bf16, ours_training_loss(projected=False), malloc)
-            systems[f"ours{suffix} {precision}"] = step_runner(
-                copy.deepcopy(ours), batch, args.steps, bf16,
-                ours_training_loss(projected=True) if training_loss else None, malloc)
+                systems[f"marian eager{suffix} {precision}"] = step_runner(eager, batch, args.steps, precision,
+                                                                           label_smoothing, malloc)
+            systems[f"ours{suffix} {precision}"] = step_runner(copy.deepcopy(ours), batch, args.steps, precision,
+                                                               label_smoothing, malloc)
     tokens = int(batch["labels"].numel())
     print(f"CPU {Hardware.of_this_machine().cpu}; loss {args.loss}; malloc {args.malloc}", file=sys.stderr)
     native, why = native_bf16("cpu")

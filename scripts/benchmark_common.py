@@ -167,3 +167,62 @@ def model_flops(config, pairs: float, source_length: float, target_length: float
                 + 2 * heads * (d_k + d_v) * (config.encoder_layers * source_length ** 2
                                              + config.decoder_layers * target_length * (target_length + source_length)))
     return 3.0 * pairs * per_pair
+
+
+def trainer_updates(model, batch: dict, precision: str, device, label_smoothing: float = 0.1,
+                    compile: bool = False, work_dir: str | None = None):
+    """A function `run(steps)` that makes `steps` updates of `model` on `batch` as its Trainer's training loop makes
+    them: our model through `VaswaniTrainer` (its `compute_loss`: on CPU the output projection inside the loss, under
+    the run's autocast), any other (`MarianMTModel`) through transformers' `Seq2SeqTrainer` (`label_smoothing` > 0:
+    its `LabelSmoother`, else the model's own loss), each with the Adam betas 0.9/0.98 and epsilon 1e-9.
+
+    `precision` ("fp32", "bf16", "fp16") and `compile` are the Trainer's `bf16`, `fp16` and `torch_compile`. The
+    model and its optimizer are prepared by the trainer's accelerator as `train()` prepares them (bf16/fp16: autocast
+    around the forward and its outputs handed back in float32; fp16: the grad scaler; `compile`: the compiled model);
+    each update is `trainer.training_step` (loss and backward), the gradient norm the loop logs, the optimizer's and
+    the schedule's step and `zero_grad`, as in transformers 5.24's `_inner_training_loop`. Build each system's runner
+    right before the next: accelerate reads some settings from a process-wide state that the newest trainer sets."""
+    import tempfile
+
+    import torch
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    from vaswani_mt.model.modeling_vaswani import VaswaniForConditionalGeneration
+    from vaswani_mt.recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments
+
+    device = torch.device(device)
+    threads = torch.get_num_threads()
+    settings = dict(output_dir=work_dir or tempfile.mkdtemp(prefix="bench-trainer-"), use_cpu=device.type == "cpu",
+                    bf16=precision == "bf16", fp16=precision == "fp16", torch_compile=compile, report_to=[],
+                    disable_tqdm=True, save_strategy="no", eval_strategy="no", dataloader_pin_memory=False,
+                    adam_beta2=0.98, adam_epsilon=1e-9, weight_decay=0.0, max_grad_norm=0.0)
+    labels = batch["labels"]
+    if isinstance(model, VaswaniForConditionalGeneration):
+        args = VaswaniTrainingArguments(**settings, label_smoothing=label_smoothing, budget_minutes=None,
+                                        cooldown_steps=0, warmup_steps=4000)
+        trainer = VaswaniTrainer(model=model, args=args)
+    else:  # Seq2SeqTrainer's collator gives the model its decoder inputs; the label smoother pops the labels
+        args = Seq2SeqTrainingArguments(**settings, label_smoothing_factor=label_smoothing)
+        trainer = Seq2SeqTrainer(model=model, args=args)
+        batch = {**batch, "decoder_input_ids": model.prepare_decoder_input_ids_from_labels(labels=labels)}
+    torch.set_num_threads(threads)
+    trainer.create_optimizer_and_scheduler(num_training_steps=10 ** 6)
+    prepared, trainer.optimizer = trainer.accelerator.prepare(trainer.model, trainer.optimizer)
+    trainer.model_wrapped = prepared
+    trainer.current_gradient_accumulation_steps = 1
+    batch = {name: tensor.to(trainer.args.device) for name, tensor in batch.items()}
+    num_items = (labels != -100).sum().to(trainer.args.device)  # the Trainer's count: labels not ignored
+
+    def run(steps: int) -> None:
+        for _ in range(steps):
+            trainer.training_step(prepared, batch, num_items)
+            trainer.accelerator.clip_grad_norm_(prepared.parameters(), float("inf"))  # the norm the loop logs
+            trainer.optimizer.step()
+            if not trainer.accelerator.optimizer_step_was_skipped:
+                trainer.lr_scheduler.step()
+            prepared.zero_grad()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    run.trainer, run.model = trainer, prepared
+    return run

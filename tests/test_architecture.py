@@ -16,8 +16,8 @@ PACKAGE = Path(vaswani_mt.__file__).parent
 RANKS = {"model": 0, "files": 1, "typed": 1, "precision": 1,
          "run_record": 2, "data": 3, "metrics": 3, "recipe": 4, "inference": 5,
          "publishing": 6, "package": 7, "": 8, "cli": 9}  # package.py: the public API; "": __init__.py, which loads it
-# Imports inside a function by design: under the `vaswani-mt` command the package's __init__ leaves its public API
-# (package.py, torch and transformers) to the command that runs, and loads it when a name is asked for first.
+# Imports inside a function by design: the package's __init__ serves its public names from package.py (torch,
+# transformers) when one is first asked for (PEP 562), which under the `vaswani-mt` command it has not imported yet.
 LAZY_IMPORTS = {("vaswani_mt", "vaswani_mt.package")}
 
 

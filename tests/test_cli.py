@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import vaswani_mt
 from vaswani_mt import __version__
 from vaswani_mt.cli import main
 
@@ -55,3 +56,22 @@ def test_a_command_runs_with_the_package_as_import_vaswani_mt_gives_it(tmp_path)
                             cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().endswith("VaswaniConfig VaswaniConfig")
+
+
+@pytest.mark.parametrize("argv,interpreter_argv,command", [
+    (["/usr/local/bin/vaswani-mt", "train"], ["python", "/usr/local/bin/vaswani-mt", "train"], True),
+    (["-m", "--help"], ["python", "-X", "importtime", "-m", "vaswani_mt.cli", "--help"], True),
+    (["-m", "--config", "x"], ["python", "-u", "-m", "vaswani_mt.cli.train", "--config", "x"], True),  # torchrun
+    (["-m"], ["python", "-Bmvaswani_mt.cli"], True),
+    (["-m", "-q"], ["python", "-m", "pytest", "-q"], False),
+    (["-m"], ["python", "-m", "vaswani_mt.client"], False),
+    (["train.py"], ["python", "train.py"], False),
+    (["-c"], ["python", "-c", "import vaswani_mt"], False),
+], ids=["console-script", "python-m", "torchrun-m-train", "combined-options", "other-module", "other-name", "script",
+        "command-string"])
+def test_the_package_tells_that_it_starts_the_command_from_how_the_interpreter_was_started(
+        monkeypatch, argv, interpreter_argv, command):
+    """While `python -m` imports the packages of the module it runs, `sys.argv[0]` is "-m"."""
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(sys, "orig_argv", interpreter_argv)
+    assert vaswani_mt._running_the_command() is command

@@ -67,7 +67,7 @@ def test_readme_is_short_and_narrow():
 
 def test_readme_keeps_the_blocks_ci_runs():
     text = README.read_text(encoding="utf-8").splitlines()
-    for marker in ("<!-- ci: install -->", "<!-- ci: test -->", "<!-- ci: browser -->"):
+    for marker in ("<!-- ci: install -->", "<!-- ci: main -->", "<!-- ci: test -->", "<!-- ci: browser -->"):
         assert marker in text, marker
         assert text[text.index(marker) + 1].startswith("```bash"), f"{marker} must be followed by a ```bash block"
 

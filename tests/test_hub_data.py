@@ -135,15 +135,17 @@ def test_every_process_of_a_run_reads_the_commit_process_0_resolved(tmp_path, mo
     """Processes (and nodes) that asked the Hub apart could see different commits: process 0 asks, all read its."""
     import torch
 
-    import vaswani_mt.recipe.run as run_module
+    import vaswani_mt.data.sources as sources
+    from vaswani_mt.data.cache import cache_folder
     from vaswani_mt.recipe.config import load_run_config
     from vaswani_mt.run_record import RunFolder
 
     asked = []
-    monkeypatch.setattr(run_module, "hub_commit", lambda *args: asked.append(args) or "a" * 40)
+    monkeypatch.setattr(sources, "hub_commit", lambda *args: asked.append(args) or "a" * 40)
     monkeypatch.setattr(torch.distributed, "broadcast_object_list",
                         lambda found, src: found.__setitem__(0, "a" * 40) if src == 0 else None)
     config = load_run_config(str(_config(tmp_path)))
-    args = SimpleNamespace(world_size=2, process_index=process)
-    assert run_module._data_revision(config, RunFolder(tmp_path / "run"), False, args) == "a" * 40
+    pinned = RunFolder(tmp_path / "run").data_revision
+    assert sources.pinned_revision(config.data.path, config.data.revision, cache_folder(config.data), pinned, False,
+                                   2, process) == "a" * 40
     assert len(asked) == (1 if process == 0 else 0)

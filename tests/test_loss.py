@@ -153,6 +153,35 @@ def test_the_projected_loss_skips_ignored_rows_and_refuses_a_bias_with_a_gradien
                                                                                              requires_grad=True))
 
 
+class _LargestTensor(torch.overrides.TorchFunctionMode):
+    """While inside: the most elements of a tensor that a torch function called from Python returned, in memory
+    (tensors on the meta device hold none)."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        for tensor in result if isinstance(result, tuple) else (result,):
+            if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta":
+                self.largest = max(self.largest, tensor.numel())
+        return result
+
+
+def test_the_projected_loss_and_its_gradient_make_no_tensor_of_the_whole_batchs_logits():
+    """Rows beyond one block (`BLOCK_ELEMENTS`): its largest tensors are a block's logits, not [tokens, V] ones,
+    and the checks of its arguments need no tensor of that size either."""
+    vocab, rows = 10_000, 3 * (recipe_loss.BLOCK_ELEMENTS // 10_000)
+    hidden = torch.randn(rows, 8, requires_grad=True)
+    weight = torch.randn(vocab, 8, requires_grad=True)
+    labels = torch.randint(2, vocab, (rows,))
+    with _LargestTensor() as seen:
+        loss, _, _ = projected_label_smoothed_cross_entropy(hidden, weight, labels, 0.1, pad_token_id=PAD)
+        loss.backward()
+    assert seen.largest <= recipe_loss.BLOCK_ELEMENTS < rows * vocab
+
+
 def test_sum_over_half_batches_divided_by_total_tokens_equals_full_batch_mean():
     """The gradient-accumulation / data-parallel property: normalise once by the global token count."""
     logits, labels = _batch(seed=4, shape=(4, 9))

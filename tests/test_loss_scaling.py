@@ -58,13 +58,14 @@ class LinearOutputs(TrainerCallback):
         linear.register_forward_hook(lambda module, inputs, output: self.dtypes.add(output.dtype))
 
 
-def test_fp16_on_the_cpu_multiplies_in_float16_and_computes_the_loss_in_float32_outside_autocast(tmp_path,
-                                                                                               monkeypatch):
+def test_fp16_on_the_cpu_multiplies_in_float16_the_projection_inside_the_loss_too_and_sums_the_loss_in_float32(
+        tmp_path, monkeypatch):
     seen = []
     loss = trainer_module.projected_label_smoothed_cross_entropy  # the training loss on CPU (recipe/loss.py)
 
     def recording_loss(hidden_states, *args, **kwargs):
-        seen.append((hidden_states.dtype, torch.is_autocast_enabled("cpu")))
+        seen.append((hidden_states.dtype, torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu")
+                     else None))
         result = loss(hidden_states, *args, **kwargs)
         seen.append((result[0].dtype, None))
         return result
@@ -74,7 +75,8 @@ def test_fp16_on_the_cpu_multiplies_in_float16_and_computes_the_loss_in_float32_
     products = LinearOutputs(trainer.model)
     trainer.train()
     assert products.dtypes == {torch.float16}
-    assert set(seen) == {(torch.float32, False), (torch.float32, None)}  # outputs handed back in float32; loss too
+    # the hidden states handed back in float32, the loss's products under the run's float16 autocast, its sums float32
+    assert set(seen) == {(torch.float32, torch.float16), (torch.float32, None)}
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # the weights stay float32
 
 

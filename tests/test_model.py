@@ -65,25 +65,46 @@ def test_attention_softmax_equals_torch_softmax_and_its_gradient_for_short_and_l
     assert torch.allclose(ours.grad.float(), reference.grad.float(), atol=tolerance, rtol=tolerance)
 
 
+class _AttentionKernels(torch.overrides.TorchFunctionMode):
+    """While inside: the calls of torch's fused attention (`scaled_dot_product_attention`) and the plain products of
+    attention, softmax(Q K^T) V written out: `torch.matmul`s whose operands and result have 4 dimensions (batch,
+    heads, positions, keys or features), two per attention call and none elsewhere in the model."""
+
+    def __init__(self):
+        super().__init__()
+        self.fused = self.products = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if getattr(func, "__name__", "") == "scaled_dot_product_attention":
+            self.fused += 1
+        elif func is torch.matmul and result.dim() == 4:
+            self.products += 1
+        return result
+
+
 def test_training_on_cpu_attends_with_plain_products_and_keeps_sdpas_loss_and_gradients(make_tiny_model,
                                                                                           padded_batch):
     """CPU training (float32 too) takes eager attention, torch's flash-attention kernel being slower there
-    (docs/speed.md); without dropout the loss and every gradient are sdpa's to float tolerance."""
+    (docs/speed.md): every attention call of the forward pass multiplies Q K^T and the weights by V itself and none
+    calls torch's fused kernel, which evaluation keeps; without dropout the loss and every gradient are sdpa's to
+    float tolerance."""
     model = make_tiny_model(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
-    attention = model.model.encoder.layers[0].self_attn
-    query = torch.zeros(1, 1, 1, 8)
+    calls = model.config.encoder_layers + 2 * model.config.decoder_layers  # self-attention; the decoder's cross too
 
     def loss_and_gradients(training: bool):
         model.train(training)
         model.zero_grad()
-        loss = model(**padded_batch).loss
-        loss.backward()
-        return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        with _AttentionKernels() as kernels:
+            loss = model(**padded_batch).loss
+            loss.backward()
+        return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}, \
+            kernels
 
-    assert attention.implementation(query, query, None) == "sdpa"  # evaluation keeps transformers' choice
-    sdpa_loss, sdpa_grads = loss_and_gradients(training=False)
-    eager_loss, eager_grads = loss_and_gradients(training=True)
-    assert attention.implementation(query, query, None) == "eager"
+    sdpa_loss, sdpa_grads, evaluation = loss_and_gradients(training=False)
+    assert (evaluation.fused, evaluation.products) == (calls, 0)  # evaluation keeps transformers' choice: sdpa
+    eager_loss, eager_grads, training = loss_and_gradients(training=True)
+    assert (training.fused, training.products) == (0, 2 * calls)
     assert torch.allclose(eager_loss, sdpa_loss, atol=1e-6)
     assert eager_grads.keys() == sdpa_grads.keys()
     for name, grad in eager_grads.items():

@@ -233,7 +233,7 @@ def test_a_number_of_processes_that_cannot_split_an_update_is_one_line_naming_th
 
 def test_a_checkpoint_saved_before_checkpoints_recorded_their_batch_resumes_with_the_configs_accumulation(
         two_processes, tmp_path):
-    from vaswani_mt.recipe.run import _resumed_update
+    from vaswani_mt.recipe.resuming import resumed_update as _resumed_update
     from vaswani_mt.run_record import RunFolder
 
     run = stopped_after(two_processes, 20, tmp_path / "run")

@@ -70,15 +70,15 @@ def test_progress_lines_when_stderr_is_not_a_terminal_name_the_step_the_speed_th
     ]
 
 
-def test_the_eta_says_when_the_time_budget_ends_the_run(clock, caplog):
+def test_the_eta_says_when_max_minutes_stops_the_run(clock, caplog):
     progress = TrainingProgress(max_minutes=5)
     args = SimpleNamespace(disable_tqdm=True)
     with caplog.at_level(logging.INFO, logger="vaswani_mt.train"):
         progress.on_train_begin(args, _state(0), TrainerControl())
-        clock.now += 60  # 10 of 100 updates in a minute: 9 more minutes by steps, but the budget ends in 4
+        clock.now += 60  # 10 of 100 updates in a minute: 9 more minutes by steps, but the stop comes in 4
         progress.on_log(args, _state(10), TrainerControl(), logs={"loss": 4.0})
-    assert caplog.records[0].getMessage().endswith("time budget 5 min 00 s")
-    assert caplog.records[-1].getMessage().endswith("ETA 4 min 00 s (time budget)")
+    assert caplog.records[0].getMessage().endswith("training.max_minutes 5 min 00 s")
+    assert caplog.records[-1].getMessage().endswith("ETA 4 min 00 s (training.max_minutes)")
 
 
 def test_labelled_progress_bars_on_a_terminal(clock, monkeypatch):

@@ -138,12 +138,19 @@ def test_last_epoch_argument_resumes_like_torch_schedulers():
 # --- the linear cool-down (not in the paper) ---------------------------------------------------------------------
 
 
-def test_cooldown_multiplier_is_one_until_the_last_n_updates_then_falls_linearly_to_zero_at_the_last():
-    assert [cooldown_multiplier(step, 10, 4) for step in range(1, 11)] == [1, 1, 1, 1, 1, 1, 0.75, 0.5, 0.25, 0.0]
-    assert cooldown_multiplier(11, 10, 4) == 0.0  # past the end
-    with pytest.raises(ValueError, match="step must be >= 0"):
-        cooldown_multiplier(-1, 10, 4)
-    assert [cooldown_multiplier(step, 3, 3) for step in (1, 2, 3)] == [2 / 3, 1 / 3, 0.0]
+def test_cooldown_multiplier_falls_linearly_over_the_last_n_updates_to_zero_after_the_last():
+    assert [cooldown_multiplier(step, 10, 4) for step in range(1, 11)] == [1, 1, 1, 1, 1, 1, 1, 0.75, 0.5, 0.25]
+    assert cooldown_multiplier(11, 10, 4) == 0.0  # the rate after the last update
+    with pytest.raises(ValueError, match="step must be >= 1"):
+        cooldown_multiplier(0, 10, 4)
+    assert [cooldown_multiplier(step, 3, 3) for step in (1, 2, 3, 4)] == [1, 2 / 3, 1 / 3, 0.0]
+
+
+def test_no_update_of_a_cooldown_runs_at_rate_zero():
+    optimizer = _optimizer()
+    scheduler = NoamLR(optimizer, d_model=64, warmup_steps=3, cooldown_steps=5, total_steps=12)
+    used = _train_steps(optimizer, scheduler, 12)
+    assert min(used) > 0 and optimizer.param_groups[0]["lr"] == 0.0  # 0 only after the last update
 
 
 @pytest.mark.parametrize(("setting", "total", "updates"), [(0, 100, 0), (None, 100, 0), (30, 100, 30),
@@ -162,16 +169,28 @@ def test_a_cooldown_laid_anew_before_its_fall_gives_the_rates_of_a_run_started_w
     assert optimizer.param_groups[0]["lr"] == 0.0 and replanned.get_last_lr() == [0.0]
 
 
-def test_a_cooldown_shortened_inside_its_fall_goes_on_from_the_last_rate_straight_to_zero():
+def test_a_cooldown_shortened_inside_its_fall_goes_on_from_the_current_rate_straight_to_zero():
     optimizer = _optimizer()
     scheduler = NoamLR(optimizer, d_model=64, warmup_steps=3, cooldown_steps=10, total_steps=30)
-    used = _train_steps(optimizer, scheduler, 24)  # the fall began after update 20: multiplier 0.6 at update 24
-    assert scheduler.multiplier(24) == pytest.approx(0.6)
+    used = _train_steps(optimizer, scheduler, 24)  # the fall began after update 20: factor 0.6 for update 25
+    assert scheduler.multiplier(25) == pytest.approx(0.6)
     assert scheduler.replan(27, 10) is False  # the new cool-down would have begun at 17: go on from here instead
     used += _train_steps(optimizer, scheduler, 3)
-    expected = [noam_lr(k, 64, 3) * 0.6 * (27 - k) / 3 for k in (25, 26, 27)]
-    assert used[24:] == pytest.approx(expected, rel=1e-12) and used[-1] == 0.0
+    expected = [noam_lr(k, 64, 3) * 0.6 * (27 - k + 1) / 3 for k in (25, 26, 27)]
+    assert used[24:] == pytest.approx(expected, rel=1e-12) and optimizer.param_groups[0]["lr"] == 0.0
     assert (scheduler.total_steps, scheduler.cooldown_start, scheduler.cooldown_steps) == (27, 24, 3)
+
+
+def test_a_cooldown_lengthened_inside_its_fall_holds_the_current_rate_until_its_new_fall_begins():
+    optimizer = _optimizer()
+    scheduler = NoamLR(optimizer, d_model=64, warmup_steps=3, cooldown_steps=10, total_steps=30)
+    _train_steps(optimizer, scheduler, 24)  # factor 0.6 for update 25
+    assert scheduler.replan(40, 10) is False
+    used = _train_steps(optimizer, scheduler, 16)
+    factors = [rate / noam_lr(k, 64, 3) for k, rate in zip(range(25, 41), used)]
+    assert factors[:6] == pytest.approx([0.6] * 6)  # updates 25-30 hold it; the fall of 10 updates ends after 40
+    assert factors[6:] == pytest.approx([0.6 * (40 - k + 1) / 10 for k in range(31, 41)])
+    assert all(later < earlier for earlier, later in zip(used, used[1:]))
 
 
 def test_a_cooldown_that_should_have_begun_already_begins_at_the_next_update():
@@ -180,7 +199,18 @@ def test_a_cooldown_that_should_have_begun_already_begins_at_the_next_update():
     _train_steps(optimizer, scheduler, 20)
     assert scheduler.replan(25, 10) is False  # its fall would have begun at update 15: it starts now, from 1
     used = _train_steps(optimizer, scheduler, 5)
-    assert used == pytest.approx([noam_lr(k, 64, 3) * (25 - k) / 5 for k in range(21, 26)], rel=1e-12)
+    assert used == pytest.approx([noam_lr(k, 64, 3) * (25 - k + 1) / 5 for k in range(21, 26)], rel=1e-12)
+
+
+def test_a_shortened_warmup_reaches_the_same_peak_rate():
+    optimizer = _optimizer()
+    scheduler = NoamLR(optimizer, d_model=64, warmup_steps=40, factor=2.0)
+    peak = scheduler.peak_lr()
+    scheduler.shorten_warmup(10)
+    used = _train_steps(optimizer, scheduler, 20)
+    assert max(used) == pytest.approx(peak) and used.index(max(used)) == 9  # the 10th update
+    with pytest.raises(ValueError, match="before the first update"):
+        scheduler.shorten_warmup(5)
 
 
 def _resumed_rates(saved: dict, updates: int) -> list[float]:

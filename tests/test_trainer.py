@@ -288,9 +288,10 @@ def test_logged_learning_rate_is_the_noam_rate_of_the_update_just_made(tmp_path,
     assert max(logged, key=logged.get) == effective_warmup  # rises until the end of the warm-up, then decays
 
 
-def test_trainer_cools_the_rate_down_linearly_to_zero_at_the_last_update_of_the_run(tmp_path):
+def test_trainer_cools_the_rate_down_linearly_to_zero_after_the_last_update_of_the_run(tmp_path):
     """cooldown_steps ends where the run ends: at max_steps, the logged rate of update k is
-    noam_lr(k) * (max_steps - k) / cooldown_steps over the last cooldown_steps updates, 0 at the last."""
+    noam_lr(k) * (max_steps - k + 1) / cooldown_steps over the last cooldown_steps updates, none of them at 0, and the
+    schedule is at 0 after the last."""
     max_steps, cooldown = 6, 3
     examples = common.make_examples(2 * max_steps, seed=4)
     trainer = common.RecordingTrainer(
@@ -303,9 +304,9 @@ def test_trainer_cools_the_rate_down_linearly_to_zero_at_the_last_update_of_the_
     trainer.train()
     d_model = trainer.model.config.d_model
     logged = {entry["step"]: entry["learning_rate"] for entry in trainer.state.log_history if "learning_rate" in entry}
-    expected = {k: noam_lr(k, d_model, 2) * min(1.0, (max_steps - k) / cooldown) for k in range(1, max_steps + 1)}
+    expected = {k: noam_lr(k, d_model, 2) * min(1.0, (max_steps - k + 1) / cooldown) for k in range(1, max_steps + 1)}
     assert logged == pytest.approx(expected, rel=1e-12)
-    assert logged[6] == 0.0
+    assert min(logged.values()) > 0 and trainer.lr_scheduler.get_last_lr() == [0.0]
 
 
 def test_a_cooldown_longer_than_the_run_is_refused_naming_the_setting(tmp_path):
@@ -457,3 +458,30 @@ def test_a_training_step_keeps_its_token_count_on_the_device_and_asks_no_loss_wh
     logs = {"loss": 1.0}
     trainer.log(logs)
     assert logs["target_tokens_per_second"] > 0 and trainer._target_tokens_since_log == 0
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_a_half_precision_run_on_cpu_computes_the_projection_inside_its_loss_in_that_precision(
+        tmp_path, monkeypatch, precision):
+    """accelerate puts only the model's forward under autocast and hands its outputs back in float32; the loss, with
+    the output projection inside it on CPU, runs under the trainer's `loss_autocast`: its products in the run's
+    precision, its value float32's within that precision's rounding."""
+    import vaswani_mt.recipe.trainer as trainer_module
+
+    projected, computed_in = trainer_module.projected_label_smoothed_cross_entropy, []
+
+    def recording(hidden_states, *args, **kwargs):
+        computed_in.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else torch.float32)
+        return projected(hidden_states, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "projected_label_smoothed_cross_entropy", recording)
+    losses = {}
+    for run, flags in (("fp32", {}), (precision, {precision: True})):
+        args = VaswaniTrainingArguments(output_dir=str(tmp_path / run), use_cpu=True, report_to=[], max_steps=1,
+                                        per_device_train_batch_size=6, save_strategy="no", eval_strategy="no",
+                                        disable_tqdm=True, **flags)
+        trainer = VaswaniTrainer(model=common.make_model(seed=0), args=args, data_collator=common.pad_collator,
+                                 train_dataset=common.to_dataset(common.accumulation_examples(PER_DEVICE_BATCH)))
+        losses[run] = trainer.train().training_loss
+    assert computed_in == [torch.float32, {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]]
+    assert losses[precision] == pytest.approx(losses["fp32"], rel=1e-2)

@@ -1,50 +1,102 @@
 """vaswani_mt: the "Attention Is All You Need" Transformer (Vaswani et al. 2017) as a native Hugging Face model.
 
-Importing the package registers the model with transformers' Auto classes, so that
-`AutoConfig`, `AutoModel` and `AutoModelForSeq2SeqLM` resolve `model_type="vaswani"`, plugs the fast decoding loops
-into the model's generate(), brings back the "translation" pipeline task, and plugs the model card into
-`VaswaniTrainer`'s Hub pushes (`vaswani_mt/package.py`). Under the `vaswani-mt` command that happens when a command
-runs, so that `vaswani-mt --help` and `--version` answer without importing torch. The layers are in ARCHITECTURE.md.
+`import vaswani_mt` plugs the package into transformers (`vaswani_mt/package.py`): it registers the model with the
+Auto classes, so that `AutoConfig`, `AutoModel` and `AutoModelForSeq2SeqLM` resolve `model_type="vaswani"`, plugs the
+fast decoding loops into the model's generate(), brings back the "translation" pipeline task, and plugs the model
+card into `VaswaniTrainer`'s Hub pushes. That needs torch and transformers, so the import loads them. The public names
+(`__all__`) are attributes of the package that load when first asked for (PEP 562), for every caller.
+
+The package's own command, `vaswani-mt`, plugs the package in when a command runs instead (`vaswani_mt.cli`), so that
+`vaswani-mt --help` and `--version` answer without importing torch, and so that the command can set what OpenMP reads
+when torch loads it. Python imports this package before any code of the command runs, so the package itself tells
+that it is starting the command (`_RUNNING_THE_COMMAND`, below), once, as it is imported.
+
+Importing the package changes nothing else in the process: no floating-point mode, environment variable, thread
+count, allocator setting or default dtype. What a training run needs, the run sets for itself, and the command sets
+what can only be set for a whole process (`vaswani_mt.cli`). The layers are in ARCHITECTURE.md.
 """
 
 import os
 import sys
 
-# Before anything loads torch, and so OpenMP (GNU's, in torch's Linux wheels): a thread that waits for work spins
-# 10,000 times, not 300,000, before it sleeps (a value the user set wins). Threads of two processes spinning on the
-# same cores keep each other from working: two trainings on 2 cores kept 11-16 % of their speed each, with the
-# shorter spin 43-44 %, and a run alone is as fast (docs/speed.md).
-os.environ.setdefault("GOMP_SPINCOUNT", "10000")
-
 __version__ = "0.1.0"
 
+# The public API: each name is defined in the layer it belongs to; `package.py` imports them all and lists them
+# too (its `__all__`; the two lists are the same, tests/test_importing.py), so that this list needs no import.
+__all__ = [
+    "PRESETS",
+    "RunRecord",
+    "CleaningOptions",
+    "CleaningReport",
+    "ConfigError",
+    "RunConfig",
+    "DataError",
+    "NoamLR",
+    "TokenBudgetBatchSampler",
+    "TranslationPipeline",
+    "VaswaniConfig",
+    "VaswaniForConditionalGeneration",
+    "VaswaniModel",
+    "VaswaniPreTrainedModel",
+    "VaswaniTrainer",
+    "VaswaniTrainingArguments",
+    "average_checkpoints",
+    "corpus_scores",
+    "find_checkpoints",
+    "label_smoothed_cross_entropy",
+    "load_metric",
+    "load_run_config",
+    "load_parallel",
+    "make_adam",
+    "moses_tokenized_bleu",
+    "noam_curve",
+    "noam_lr",
+    "normalize_text",
+    "padding_stats",
+    "register_translation_pipeline",
+    "save_for_pipeline",
+    "tokenize_dataset",
+    "train_run",
+    "train_tokenizer",
+]
 
-def _started_as_the_command() -> bool:
-    """Whether this process is the `vaswani-mt` command: its console script, or `python [options] -m vaswani_mt.cli`
-    (read from the interpreter's own arguments, up to the script or module it runs)."""
-    if os.path.splitext(os.path.basename(sys.argv[0]))[0] == "vaswani-mt":
+_COMMAND_MODULE = "vaswani_mt.cli"
+
+
+def _running_the_command() -> bool:
+    """Whether this interpreter was started to run the `vaswani-mt` command: as its console script (named so in
+    `sys.argv[0]`), or as `python -m vaswani_mt.cli` or `python -m vaswani_mt.cli.<command>` (torchrun's and
+    accelerate's `-m`). While `python -m` imports the packages of the module it runs, `sys.argv[0]` is "-m" (Python's
+    documented placeholder), and that module's name is the interpreter's argument just before the program's own
+    (`sys.orig_argv`: `-m NAME` or `-mNAME`). Read as this package is imported: afterwards `sys.argv[0]` is a path."""
+    argv = getattr(sys, "argv", None) or [""]
+    if os.path.splitext(os.path.basename(argv[0]))[0] == "vaswani-mt":
         return True
-    interpreter_args = iter(getattr(sys, "orig_argv", [])[1:])
-    for arg in interpreter_args:
-        if arg == "-m":
-            return next(interpreter_args, None) == "vaswani_mt.cli"
-        if arg in ("-X", "-W", "--check-hash-based-pycs"):  # options with a separate value
-            next(interpreter_args, None)
-        elif arg == "-c" or not arg.startswith("-"):  # a command string or a script
-            return False
-    return False
+    interpreter_argv = getattr(sys, "orig_argv", [])
+    if argv[0] != "-m" or len(interpreter_argv) < len(argv):
+        return False
+    module = interpreter_argv[len(interpreter_argv) - len(argv)]
+    if module.startswith("-"):  # -mNAME, or options and -m in one argument (-BmNAME)
+        module = module.partition("m")[2]
+    return module == _COMMAND_MODULE or module.startswith(_COMMAND_MODULE + ".")
 
 
-if _started_as_the_command():
-    # The command's own entry (vaswani_mt.cli) imports `package` before it runs a command; a name asked for before
-    # that brings it in too.
-    def __getattr__(name: str):
-        from . import package
+_RUNNING_THE_COMMAND = _running_the_command()
 
-        try:
-            return getattr(package, name)
-        except AttributeError:
-            raise AttributeError(f"module 'vaswani_mt' has no attribute {name!r}") from None
-else:
-    from .package import *  # noqa: F403
-    from .package import __all__  # noqa: F401
+
+def __getattr__(name: str):
+    """A public name, loaded when first asked for (PEP 562); `package.py` plugs the package in as it loads."""
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import package
+
+    value = globals()[name] = getattr(package, name)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if not _RUNNING_THE_COMMAND:
+    from . import package  # noqa: E402, F401 - plugs the package into transformers (above)

@@ -2,12 +2,15 @@
 with the Auto classes, the fast decoding loops in the model's generate(), the "translation" pipeline task, and the
 model card in `VaswaniTrainer`'s Hub pushes. `vaswani_mt/__init__.py` imports this at once, except under the
 `vaswani-mt` command, whose commands import it when they run (so that `vaswani-mt --help` needs neither torch nor
-transformers).
+transformers), and serves the names it lists (its `__all__`) from here.
+
+Plugging in touches transformers' registries and this package's classes only: no floating-point mode, environment
+variable, thread count, allocator setting or default dtype of the process changes here.
 """
 
-import torch
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
+# The public API (`__all__`, which `vaswani_mt/__init__.py` lists too) and what plugging in needs.
 from .data.batching import TokenBudgetBatchSampler, padding_stats
 from .data.cleaning import CleaningOptions, CleaningReport, load_parallel
 from .data.reading import DataError
@@ -30,12 +33,6 @@ from .recipe.run import train_run
 from .recipe.schedule import NoamLR, make_adam, noam_curve, noam_lr
 from .recipe.trainer import VaswaniTrainer, VaswaniTrainingArguments
 from .run_record import RunRecord
-
-# Floats below float32's normal range (~1e-38) are flushed to 0: a softmax over a vocabulary whose probabilities fall
-# that low, as a trained model's do, runs 6x slower on a CPU otherwise (docs/speed.md). It holds per thread: set here,
-# before torch's worker threads start, they inherit it (a program that ran torch in parallel before importing vaswani_mt
-# keeps it on its main thread only).
-torch.set_flush_denormal(True)
 
 AutoConfig.register(VaswaniConfig.model_type, VaswaniConfig, exist_ok=True)
 AutoModel.register(VaswaniConfig, VaswaniModel, exist_ok=True)

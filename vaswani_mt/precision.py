@@ -15,8 +15,9 @@ GradScaler works there from 2.8; bfloat16 autocast needs torch 2.6 and macOS 14,
 (transformers' `is_torch_bf16_gpu_available`). Whether either pays for this model on a Mac was not measured (no Mac
 was at hand); float32 is the one that runs on every Mac, and `fp16` or `bf16` can be asked for.
 
-What bfloat16 costs on a CPU without it was measured per kind of CPU (`CpuKind`): the log line, `metrics.json` and
-the model card give the figure of the kind at hand, or none where none was measured.
+The log line, `metrics.json` and the model card say what was chosen and why: facts of the device at hand (the CPU's
+flags, the GPU's name and compute capability), and no speed figure, since one measured on another machine does not
+hold for this one. The figures, each with the machine it was measured on, are in docs/training.md and docs/speed.md.
 """
 
 from __future__ import annotations
@@ -61,28 +62,19 @@ class PrecisionChoice:
 
 @dataclass(frozen=True)
 class CpuKind:
-    """A kind of CPU as far as bfloat16 goes: whether it multiplies bfloat16 natively, that fact in words, and what
-    bfloat16 cost against float32 on a CPU of the kind (None: not measured)."""
+    """A kind of CPU as far as bfloat16 goes: whether it multiplies bfloat16 natively, and that fact in words."""
 
     native: bool
     what: str
-    cost: str | None = None
 
     def reason(self) -> str:
-        said = f"the CPU {self.what}"
-        if self.cost is not None:
-            return f"{said}: {self.cost}"
-        return said if self.native else f"{said}; what bfloat16 costs there was not measured"
+        return f"the CPU {self.what}"
 
 
-# The measured costs (the machines: docs/model.md). Native: `vaswani-mt train` updates on a 2-core AMD Zen 4 with
-# AVX512-BF16 and a 2-core Intel Xeon with AMX (docs/recipe.md).
-NATIVE_X86_COST = "bfloat16 autocast updates ran 1.4-1.65x faster than float32 on such CPUs"
-AVX512_WITHOUT_BF16 = CpuKind(False, "has AVX-512 but no native bfloat16 (no avx512_bf16 or amx_bf16)",
-                              "bfloat16 matrix products ran 2.0-2.7x slower than float32 on such a CPU (an Intel Xeon)")
-AVX2_OR_OLDER = CpuKind(False, "has no native bfloat16 (AVX2 or older: no avx512f, avx512_bf16 or amx_bf16)",
-                        "bfloat16 autocast trained about 13x slower than float32 on such a CPU (an AMD EPYC: 200-224 "
-                        "against 2,700-2,900 target tokens/s)")
+AVX512_WITHOUT_BF16 = CpuKind(False, "has AVX-512 but no native bfloat16 (no avx512_bf16 or amx_bf16)")
+AVX2_OR_OLDER = CpuKind(False, "has no native bfloat16 (AVX2 or older: no avx512f, avx512_bf16 or amx_bf16)")
+# Said where `training.precision: bf16` asks for bfloat16 on a CPU without it (the figures: docs/training.md).
+EMULATED_BF16 = "bfloat16 without native support trained or multiplied slower than float32 on each CPU measured"
 
 
 def cpu_kind() -> CpuKind:
@@ -101,7 +93,7 @@ def cpu_kind() -> CpuKind:
     if "flags" in fields:
         native = [flag for flag in NATIVE_BF16_FLAGS if flag in fields["flags"]]
         if native:
-            return CpuKind(True, f"multiplies bfloat16 natively ({', '.join(native)})", NATIVE_X86_COST)
+            return CpuKind(True, f"multiplies bfloat16 natively ({', '.join(native)})")
         return AVX512_WITHOUT_BF16 if "avx512f" in fields["flags"] else AVX2_OR_OLDER
     if "Features" in fields:
         if "bf16" in fields["Features"]:
@@ -156,7 +148,8 @@ def choose_precision(setting: str, device_type: str) -> PrecisionChoice:
         return PrecisionChoice("fp16", said)
     native, why = native_bf16(device_type)
     if not native:
-        logger.warning("%s, but %s; training.precision: auto would choose otherwise", said, why)
+        measured = f" ({EMULATED_BF16}: docs/training.md)" if device_type == "cpu" else ""
+        logger.warning("%s, but %s; training.precision: auto would choose otherwise%s", said, why, measured)
     return PrecisionChoice("bf16", said + ("" if native else f", although {why}"))
 
 

@@ -85,6 +85,8 @@ class TimeBudgetPlan:
     budget_minutes: float | None = None
     updates: int | None = None  # the planned last update (the last plan's)
     cooldown_from: int | None = None  # the update after which the rate fell, to 0 at `updates` (None: no cool-down)
+    warmup_steps: int | None = None  # the warm-up's updates (at most a quarter of the plan's)
+    test_sentences: int | None = None  # the test sentences translated, where the budget cut the split (None: all)
     seconds_per_update: float | None = None  # the pace the last plan measured
     seconds_per_validation: float | None = None  # a validation pass and its checkpoint
     plans: list[dict] = field(default_factory=list)  # each plan logged: step, updates, cooldown_from, pace, why

@@ -1,6 +1,12 @@
 """`vaswani-mt`: one entry point, one sub-command per job. Each sub-command lives in its own module and is imported
 only when used, and the package itself (torch, transformers, datasets) only when a command runs
-(`vaswani_mt/__init__.py`), so `vaswani-mt --help` and `--version` stay instant."""
+(`vaswani_mt/__init__.py`), so `vaswani-mt --help` and `--version` stay instant.
+
+The command is its whole process, so it sets, for that process, what can only be set before torch loads: how OpenMP's
+waiting threads wait (`PROCESS_ENVIRONMENT`). Only when this process runs the command (its console script,
+`python -m vaswani_mt.cli`, `python -m vaswani_mt.cli.<command>`): a program that imports `vaswani_mt.cli` and calls
+`main` keeps its environment.
+"""
 
 import importlib
 import importlib.metadata
@@ -8,7 +14,24 @@ import os
 import signal
 import sys
 
-from .. import __version__
+from .. import _RUNNING_THE_COMMAND, __version__
+
+# GNU OpenMP (torch's Linux wheels) reads these once, when torch loads it, for the whole process and the processes it
+# starts: a thread that waits for work spins 10,000 times, not 300,000, before it sleeps. Threads of two processes
+# spinning on the same cores keep each other from working: two trainings on 2 cores kept 11-16 % of their speed each,
+# with the shorter spin 43-44 %, and a run alone is as fast (docs/speed.md). A value the user set wins.
+PROCESS_ENVIRONMENT = {"GOMP_SPINCOUNT": "10000"}
+
+
+def set_the_process_environment() -> None:
+    """`PROCESS_ENVIRONMENT` into `os.environ`, each variable the user has not set already. It lasts for the process
+    (nothing can undo it once OpenMP has read it), which is why only the command, the whole process, sets it."""
+    for name, value in PROCESS_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
+
+
+if _RUNNING_THE_COMMAND:  # before any command module imports torch
+    set_the_process_environment()
 
 # sub-command -> (module, function taking argv and returning an exit code, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {

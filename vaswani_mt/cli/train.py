@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import _started_as_the_command
+from .. import _RUNNING_THE_COMMAND, package  # noqa: F401 - run as `-m vaswani_mt.cli.train`, plugged in too
 from ..data.reading import DataError
 from ..files import describe_os_error, writing
 from ..recipe.config import ConfigError, load_run_config, parse_overrides, shipped_config_names
@@ -53,7 +53,7 @@ def command_started() -> float:
     so that a time budget counts the interpreter's start and imports too (Linux says when a process started); now
     where it does not say, or when another program calls `main`."""
     now = time.time()
-    if not _started_as_the_command():
+    if not _RUNNING_THE_COMMAND:
         return now
     try:
         since_boot = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")

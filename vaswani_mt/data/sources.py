@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+import torch
 from huggingface_hub import HfApi
 
 from ..files import write_atomically
@@ -117,4 +118,23 @@ def _remember(cache: Path, dataset_id: str, revision: str | None, commit: str) -
     return previous
 
 
-__all__ = ["REVISIONS_FILE", "file_identity", "hub_commit", "is_hub_source", "source_identity"]
+def pinned_revision(path: str, revision: str | None, cache: Path, pinned: Path, resume: bool, world_size: int,
+                    process_index: int) -> str | None:
+    """The commit of a run's Hub dataset `path`: on a resume, the one the run started with (its `pinned` file), so
+    that a new commit upstream never changes a resumed run; else the one `revision` resolves to now, found by
+    process 0 and shared with the others (nodes asking apart could see different commits). None: local data, or
+    one process that lets `prepare` resolve it."""
+    if not is_hub_source(path):
+        return None
+    if resume and pinned.is_file():
+        commit = json.loads(pinned.read_text())["revision"]
+        logger.info("data: %s at commit %s, the commit the run started with (%s)", path, commit, pinned)
+        return commit
+    if world_size == 1:
+        return None
+    found = [hub_commit(path, cache, revision) if process_index == 0 else None]
+    torch.distributed.broadcast_object_list(found, src=0)
+    return found[0]
+
+
+__all__ = ["REVISIONS_FILE", "file_identity", "hub_commit", "is_hub_source", "pinned_revision", "source_identity"]

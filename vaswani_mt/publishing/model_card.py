@@ -327,9 +327,12 @@ def _budget_length(plan) -> str:
     pace = (f" ({plan.seconds_per_update:.3g} s per update, {plan.seconds_per_validation:.0f} s per validation)"
             if plan.seconds_per_update else "")
     took = f"; the run took {plan.run_minutes:.1f} minutes" if plan.run_minutes is not None else ""
-    resumed = ", resumed once and keeping that plan" if plan.resumed else ""
+    resumed = ", resumed and re-planned from the time left" if plan.resumed else ""
+    warmup = f", the warm-up over {plan.warmup_steps:,} of them" if plan.warmup_steps else ""
+    test = (f", the test translation cut to its first {plan.test_sentences:,} sentences"
+            if plan.test_sentences is not None else "")
     return (f"a time budget of {minutes}: {plan.updates:,} updates planned on its machine{pace}{resumed}, the "
-            f"schedule laid over them{took}")
+            f"schedule laid over them{warmup}{test}{took}")
 
 
 def _precision(training) -> str | None:

@@ -7,6 +7,11 @@ so every step the kernel maps, zero-fills and unmaps them again: 5 of 30 seconds
 the 2-core machine. Serving them from the heap and not trimming it made the `mini` training step 1.73x faster
 there (`python scripts/bench_training.py --shape mini --precision bf16 --loss training --malloc both`,
 docs/speed.md). The price: the process keeps its peak memory until it exits, as a training run does anyway.
+
+Nothing here runs on import: `train_run` (`vaswani_mt.recipe.run`) calls `keep_freed_memory` when it trains on CPU.
+The setting then holds for the rest of the process, not for the run only: glibc has no call that reads these
+thresholds back, and setting one turns off malloc's own adjustment of the mmap threshold for good, so the run could
+not restore what the process had before.
 """
 
 from __future__ import annotations

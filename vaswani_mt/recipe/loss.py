@@ -65,10 +65,13 @@ rows that count (padding positions are skipped: no logits are computed for them)
 loss and its gradient ``p - q`` at once, and turns the gradient straight into the gradients of the hidden states
 and the weight, one block at a time (`BLOCK_ELEMENTS`: blocks large enough that the weight's gradient, a product
 over the block's rows, runs near the CPU's matrix-product rate). The backward pass only scales them. The matrix
-products run in the autocast dtype (bfloat16 under `training.bf16`), the softmax and the sums in float32, as before.
-``log_softmax`` is not needed: ``log Σ exp`` comes from the softmax's largest probability, which is at least 1/V
-and so never underflows. `VaswaniTrainer` computes its training loss so on CPU (`output_projection_in_the_loss`);
-elsewhere (CUDA, ``torch.compile``) the model's function runs on the model's logits.
+products run in the dtype of the autocast around the call (bfloat16 or float16 in runs of `training.precision` bf16
+or fp16: `VaswaniTrainer.loss_autocast` enters the run's autocast for the loss, since accelerate's covers only the
+model's forward and hands the hidden states back in float32), else in the hidden states' dtype; the softmax and the
+sums in float32. ``log_softmax`` is not needed: ``log Σ exp`` comes from the softmax's largest probability, which is
+at least 1/V and so never underflows. `VaswaniTrainer` computes its training loss so on CPU
+(`output_projection_in_the_loss`); elsewhere (CUDA, ``torch.compile``) the model's function runs on the model's
+logits, which the model's forward computes under the run's autocast and accelerate hands back in float32.
 """
 
 from __future__ import annotations
@@ -148,8 +151,8 @@ def projected_label_smoothed_cross_entropy(
     if hidden_states.shape[:-1] != labels.shape or hidden_states.shape[-1] != weight.shape[1]:
         raise ValueError(f"hidden_states must have shape labels.shape + (d_model,) and weight (vocab_size, d_model); "
                          f"got {tuple(hidden_states.shape)}, {tuple(labels.shape)} and {tuple(weight.shape)}")
-    check_loss_arguments(labels.new_empty((*labels.shape, vocab_size), dtype=torch.float32), labels, epsilon,
-                         pad_token_id)
+    # the logits' shape on the meta device: no [tokens, V] memory for a check of shapes
+    check_loss_arguments(torch.empty((*labels.shape, vocab_size), device="meta"), labels, epsilon, pad_token_id)
     targets, counted, delta = _counted_targets(labels, vocab_size, epsilon, ignore_index, pad_token_id)
     compute = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else hidden_states.dtype
     loss_sum, nll_sum = _ProjectedSmoothedCrossEntropy.apply(

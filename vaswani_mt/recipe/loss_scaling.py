@@ -4,8 +4,9 @@ Trainer runs it through accelerate, on every device.
 * accelerate gives a GPU (CUDA, MPS) float16 autocast and a `GradScaler` for `fp16=True`, but a CPU neither: there it
   trains in float32 and says nothing. `scale_losses_on_the_cpu` gives the CPU what a GPU gets (torch has float16
   autocast and `GradScaler("cpu")` on the CPU), so `fp16` means the same everywhere and the CPU tests run the GPU's
-  path. The loss stays float32 on every device: accelerate hands the model's outputs back in float32 and the loss
-  runs outside autocast, its log-softmax in float32 (`label_smoothed_cross_entropy`).
+  path. The loss's softmax and sums stay float32 on every device: accelerate hands the model's outputs back in
+  float32; on a GPU the loss of the logits is float32 (`label_smoothed_cross_entropy`), on a CPU the output
+  projection inside the loss runs its products under the run's float16 autocast (`VaswaniTrainer.loss_autocast`).
 * An update whose scaled gradients overflowed is skipped (the weights stay, the scale halves). accelerate cannot
   tell a skipped update of a fused optimizer (`step_was_skipped` is always False: the fused Adam receives the
   overflow flag and skips inside), so `SkippedUpdates` counts them from the scale, which falls only then (one host

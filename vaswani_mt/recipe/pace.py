@@ -1,5 +1,5 @@
 """How fast this machine runs a run: a probe made before training, for the time budget's first plan
-(`vaswani_mt.recipe.budget`) and its check that the budget fits the warm-up at all.
+(`vaswani_mt.recipe.budget`) and its check that the budget holds an update at all (`probed_planner`).
 
 The probe trains a few updates of a throw-away copy of the run (the same model configuration, arguments, batches and
 precision, through the same Trainer) and translates a few validation sentences with the run's beam search, timing
@@ -13,12 +13,20 @@ nothing, and the run seeds its own model afterwards, so the probe changes nothin
 from __future__ import annotations
 
 import dataclasses
+import logging
 import tempfile
 import time
 
 from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
-from .budget import Pace
+from ..model.modeling_vaswani import VaswaniForConditionalGeneration
+from .budget import BudgetPlanner, Pace
+from .building import collator, model_config, set_decoding, validation_split
+from .config import ConfigError, RunConfig
+from .progress import duration
+from .trainer import VaswaniTrainer, VaswaniTrainingArguments
+
+logger = logging.getLogger("vaswani_mt.train")
 
 PROBE_UPDATES = 8  # the first two (memory set-up) are not timed
 UNTIMED = 2
@@ -68,4 +76,39 @@ def _seconds_per_pass(trainer, probed, sentences: int, generation: dict) -> floa
     return (time.perf_counter() - started) * sentences / max(len(probed), 1)
 
 
-__all__ = ["PROBE_SENTENCES", "PROBE_UPDATES", "measure_pace"]
+def probed_planner(config: RunConfig, args: VaswaniTrainingArguments, prepared, started: float,
+                    from_checkpoint: bool) -> BudgetPlanner | None:
+    """The planner of a run with `training.budget_minutes` (`vaswani_mt.recipe.budget`), None without one. A run that
+    starts here is probed first (`measure_pace`, on a throw-away trainer of the run's model and data), and refused in
+    one line (`ConfigError`) when the budget cannot hold a single update on this machine; a run resumed from a
+    checkpoint plans from the checkpoint's pace."""
+    t = config.training
+    if not t.budget_minutes:
+        return None
+    valid = validation_split(config, prepared.tokenized)
+    test = prepared.tokenized[config.data.test_split] if config.data.test_split else []
+    # what follows training, in validation passes: the average's (the best checkpoint's score is its validation's
+    # during training), and the test split's
+    planner = BudgetPlanner(t.budget_minutes, t.cooldown_steps, started=started, after_training=int(t.average_last > 1),
+                            test_passes=len(test) / max(len(valid), 1), test_sentences=len(test) or None)
+    if from_checkpoint:
+        return planner
+    tokenizer = prepared.tokenizer
+
+    def probe_trainer(probe_args):
+        model = VaswaniForConditionalGeneration(model_config(config, tokenizer))
+        set_decoding(model, config)
+        return VaswaniTrainer(model=model, args=probe_args, train_dataset=prepared.tokenized[config.data.train_split],
+                              processing_class=tokenizer, data_collator=collator(config, tokenizer, model))
+
+    planner.pace = measure_pace(probe_trainer, args, valid)
+    logger.info("time budget %s: this machine takes %.3f s per update and about %.0f s per validation, %.0f s where "
+                "the translations run to the length limit (a probe)", duration(t.budget_minutes * 60),
+                planner.pace.seconds_per_update, planner.pace.seconds_per_validation,
+                planner.pace.seconds_per_validation_at_limit)
+    if problem := planner.fit_problem(t.eval_steps, t.max_steps or 10 ** 9):
+        raise ConfigError(problem)
+    return planner
+
+
+__all__ = ["PROBE_SENTENCES", "PROBE_UPDATES", "measure_pace", "probed_planner"]

@@ -63,8 +63,8 @@ class TrainingProgress(TrainerCallback):
 
     def __init__(self, max_minutes: float | None = None, every_seconds: float = EVERY_SECONDS,
                  budget_minutes: float | None = None):
-        self.budget_seconds = max_minutes * 60 if max_minutes else None
-        self.planned_within = budget_minutes * 60 if budget_minutes else None
+        self.stop_seconds = max_minutes * 60 if max_minutes else None  # training.max_minutes: the stop
+        self.budget_seconds = budget_minutes * 60 if budget_minutes else None  # training.budget_minutes: the plan
         self.every_seconds = every_seconds
         self.label: str | None = None  # the name of the translation passes to come (`stage`)
         self.training_bar = None
@@ -103,9 +103,9 @@ class TrainingProgress(TrainerCallback):
             self.training_bar = _bar(total=state.max_steps, initial=state.global_step, desc="train", unit="step",
                                      leave=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}"
                                                             "{postfix}")
-        budget = f", time budget {duration(self.budget_seconds)}" if self.budget_seconds else ""
-        if self.planned_within:
-            budget += f", planned to end within {duration(self.planned_within)} of the run's start"
+        budget = f", training.max_minutes {duration(self.stop_seconds)}" if self.stop_seconds else ""
+        if self.budget_seconds:
+            budget += f", planned to end within {duration(self.budget_seconds)} of the run's start (time budget)"
         self._say(args, f"train: {_count(state.max_steps - state.global_step, 'update')} to go (step "
                         f"{state.global_step}/{state.max_steps}){budget}")
 
@@ -141,14 +141,14 @@ class TrainingProgress(TrainerCallback):
         self.training_started = None
 
     def _timing(self, state) -> str:
-        """`elapsed 3 min 10 s, ETA 20 min 05 s`, the ETA from the pace so far, capped by the time budget."""
+        """`elapsed 3 min 10 s, ETA 20 min 05 s`, the ETA from the pace so far, capped by `training.max_minutes`."""
         elapsed = time.perf_counter() - self.training_started
         done = state.global_step - self.first_step
         if done <= 0:
             return f"elapsed {duration(elapsed)}"
         eta, why = elapsed / done * (state.max_steps - state.global_step), ""
-        if self.budget_seconds is not None and self.budget_seconds - elapsed < eta:
-            eta, why = max(self.budget_seconds - elapsed, 0), " (time budget)"
+        if self.stop_seconds is not None and self.stop_seconds - elapsed < eta:
+            eta, why = max(self.stop_seconds - elapsed, 0), " (training.max_minutes)"
         return f"elapsed {duration(elapsed)}, ETA {duration(eta)}{why}"
 
     # -- translation passes (validation BLEU, model selection, the test split) -----------------------------------

@@ -12,12 +12,14 @@ Steps are 1-based: step ``k`` is the k-th optimizer update. Step 0 (before any u
 rate 0, which also keeps the formula free of a division by zero.
 
 Not in the paper: an optional linear cool-down. Over the last ``cooldown_steps`` of a run of known
-length the Noam rate is multiplied by a factor falling linearly from 1 to 0, which it reaches at
-the run's last update. The inverse square root alone never anneals: a short run ends at a rate
-still near its peak (Li et al. 2020, "Budgeted Training": anneal to 0 by the end of the budget).
-The cool-down ends at the run's last update, so the run's length must be fixed in updates: by
-``max_steps``, or by a time budget that measures the machine and re-lays the cool-down while the run
-goes (`NoamLR.replan`, `vaswani_mt.recipe.budget`).
+length the Noam rate is multiplied by a factor falling linearly from 1 to 0, which it reaches right
+after the run's last update: the last ``cooldown_steps`` updates run at ``n/cooldown_steps`` of their
+rate for n = cooldown_steps ... 1, so no update is spent at rate 0. The inverse square root alone
+never anneals: a short run ends at a rate still near its peak (Li et al. 2020, "Budgeted Training":
+anneal to 0 by the end of the budget). The cool-down ends at the run's last update, so the run's
+length must be fixed in updates: by ``max_steps``, or by a time budget that measures the machine and
+re-lays the cool-down while the run goes (`NoamLR.replan`, `vaswani_mt.recipe.budget`), which may
+also shorten the warm-up of a run too short for it (`NoamLR.shorten_warmup`: the peak rate stays).
 """
 
 from __future__ import annotations
@@ -59,18 +61,18 @@ def _check_cooldown(cooldown_steps: int, total_steps: int | None) -> None:
 
 def cooldown_multiplier(step: int, total_steps: int, cooldown_steps: int) -> float:
     """The cool-down's factor for the ``step``-th update of ``total_steps``: 1 until the last ``cooldown_steps``
-    updates, then ``(total_steps - step) / cooldown_steps``, falling by ``1 / cooldown_steps`` per update to 0 at
-    the last one (and past the end)."""
+    updates, which run at ``(total_steps - step + 1) / cooldown_steps``: from 1 down by ``1 / cooldown_steps`` per
+    update to ``1 / cooldown_steps`` at the last one; 0 past the end (the rate after the last update)."""
     _check_cooldown(cooldown_steps, total_steps)
-    if step < 0:
-        raise ValueError(f"step must be >= 0, got {step!r}")
-    return _falling(step, total_steps, total_steps - cooldown_steps, 1.0)
+    if step < 1:
+        raise ValueError(f"step must be >= 1, got {step!r}")
+    return _falling(step - 1, total_steps, total_steps - cooldown_steps, 1.0)
 
 
-def _falling(step: int, total_steps: int, start: int, start_multiplier: float) -> float:
-    """A multiplier that is ``start_multiplier`` up to update ``start`` and then falls linearly to 0 at update
-    ``total_steps``."""
-    return start_multiplier * min(1.0, max(0.0, (total_steps - step) / (total_steps - start)))
+def _falling(done: int, total_steps: int, start: int, start_multiplier: float) -> float:
+    """The factor of the update that follows ``done`` updates: ``start_multiplier`` while ``done <= start``, then
+    falling linearly to 0 at ``done == total_steps`` (after the last update)."""
+    return start_multiplier * min(1.0, max(0.0, (total_steps - done) / (total_steps - start)))
 
 
 def cooldown_length(cooldown_steps: int | float | None, total_steps: int) -> int:
@@ -147,15 +149,30 @@ class NoamLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def multiplier(self, step: int) -> float:
-        """The cool-down's factor of the ``step``-th update (1 without one)."""
+        """The cool-down's factor of the ``step``-th update (1 without one; 0 after the last)."""
         if self.cooldown_steps is None:
             return 1.0
-        return _falling(step, self.total_steps, self.cooldown_start, self.cooldown_start_multiplier)
+        return _falling(step - 1, self.total_steps, self.cooldown_start, self.cooldown_start_multiplier)
 
     def is_falling(self) -> bool:
-        """Whether the updates done so far have entered the cool-down's fall."""
+        """Whether the cool-down's fall has begun: the coming update runs below the full Noam rate."""
         done = max(self.last_epoch, 0)
         return self.cooldown_start is not None and (done > self.cooldown_start or self.cooldown_start_multiplier < 1)
+
+    def peak_lr(self) -> float:
+        """The highest rate of the schedule, at the end of the warm-up (before any cool-down)."""
+        return noam_lr(self.warmup_steps, self.d_model, self.warmup_steps, self.factor)
+
+    def shorten_warmup(self, warmup_steps: int) -> None:
+        """Warm up over ``warmup_steps`` updates instead, to the same peak rate (the factor scaled by
+        sqrt(new / old)): a run planned too short for its warm-up (a time budget) still reaches its peak and decays
+        from there. Only before the first update."""
+        _require_positive("warmup_steps", warmup_steps)
+        if self.last_epoch > 0:
+            raise ValueError(f"the warm-up can only be changed before the first update ({self.last_epoch} done)")
+        self.factor *= (warmup_steps / self.warmup_steps) ** 0.5
+        self.warmup_steps = warmup_steps
+        self._apply_current_lr()
 
     def _current_lr(self) -> float:
         step = self.last_epoch + 1
@@ -163,23 +180,27 @@ class NoamLR(LRScheduler):
 
     def replan(self, total_steps: int, cooldown_steps: int) -> bool:
         """End the run at update ``total_steps`` instead, its rate falling to 0 there over ``cooldown_steps`` updates
-        (0: no cool-down, the run just ends there). Before the fall has begun (the updates done so far ran at the full
-        Noam rate, and the new cool-down lies wholly ahead) the cool-down is laid anew, as if the run had been started
-        with this length: the rates already used are the same either way. Otherwise the fall goes on from the rate of
-        the last update done, straight to 0 at ``total_steps``. Returns whether the cool-down was laid anew. The next
-        update runs with the new rate."""
+        (0: no cool-down, the run just ends there). One rule for every case: the coming update keeps the factor it
+        had, which holds until the new fall's start, ``total_steps - cooldown_steps`` (or now, if that has passed),
+        and falls linearly from there to 0 after update ``total_steps``. Before the fall has begun (the updates done
+        ran at the full Noam rate, the new cool-down lies wholly ahead) that is the cool-down laid anew, as if the run
+        had been started with this length: the rates already used are the same either way. Inside the fall, a shorter
+        run goes on from the current rate straight to 0, and a longer one holds the current rate until its fall of
+        ``cooldown_steps`` updates begins: the rate never rises. Returns whether the cool-down was laid anew (not yet
+        falling, and wholly ahead). The next update runs with the new rate."""
         done = max(self.last_epoch, 0)
         if total_steps <= done:
             raise ValueError(f"total_steps ({total_steps}) must lie after the {done} updates done")
         if problem := setting_problem("cooldown_steps", cooldown_steps):
             raise ValueError(problem)
-        anew = not self.is_falling() and done <= total_steps - cooldown_steps
-        if not cooldown_steps and anew:
+        falling = self.is_falling()
+        anew = not falling and done <= total_steps - cooldown_steps
+        if not cooldown_steps and not falling:
             self.cooldown_start = None
-        elif anew:
-            self.cooldown_start, self.cooldown_start_multiplier = total_steps - cooldown_steps, 1.0
         else:
-            self.cooldown_start, self.cooldown_start_multiplier = done, self.multiplier(done)
+            factor = self.multiplier(done + 1)
+            self.cooldown_start = max(done, total_steps - max(cooldown_steps, 1))  # a fall of at least one update
+            self.cooldown_start_multiplier = factor
         self.total_steps = total_steps
         self.cooldown_steps = None if self.cooldown_start is None else total_steps - self.cooldown_start
         self._apply_current_lr()

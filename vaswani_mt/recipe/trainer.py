@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -243,9 +244,11 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if planner is None:
             return None
         if self.lr_scheduler is not None:
-            return planner.facts(self.lr_scheduler.total_steps, self.lr_scheduler.cooldown_start)
+            return planner.facts(self.lr_scheduler.total_steps, self.lr_scheduler.cooldown_start,
+                                 self.lr_scheduler.warmup_steps)
         planner.restore(self.state)  # a run resumed after its training ended: the plan its checkpoint keeps
-        return planner.facts(self.state.max_steps, (planner.plans or [{}])[-1].get("cooldown_from"))
+        last = (planner.plans or [{}])[-1]
+        return planner.facts(self.state.max_steps, last.get("cooldown_from"), last.get("warmup_steps"))
 
     def _remember_signatures(self, signatures: dict[str, str]) -> None:
         if self.bleu_signatures is None:
@@ -328,8 +331,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
                                                                            self.args.torch_compile):
             with output_projection_in_the_loss(unwrapped) as (weight, bias):  # no [tokens, V] logits (recipe/loss)
                 hidden_states = model(**inputs, use_cache=False).logits
-            loss_sum, _, num_tokens = projected_label_smoothed_cross_entropy(
-                hidden_states, weight, labels, epsilon=epsilon, pad_token_id=pad_token_id, bias=bias)
+            with self.loss_autocast():  # the projection's products in the run's precision, as in the forward
+                loss_sum, _, num_tokens = projected_label_smoothed_cross_entropy(
+                    hidden_states, weight, labels, epsilon=epsilon, pad_token_id=pad_token_id, bias=bias)
             outputs = None
         else:
             outputs = model(**inputs, use_cache=False)
@@ -346,6 +350,17 @@ class VaswaniTrainer(Seq2SeqTrainer):
             if self.args.average_tokens_across_devices and self.accelerator.num_processes > 1:
                 loss = loss * self.accelerator.num_processes
         return (loss, outputs) if return_outputs else loss
+
+    def loss_autocast(self) -> contextlib.AbstractContextManager:
+        """The run's autocast (`bf16`, `fp16`) for the part of the training loss that runs outside the model.
+        accelerate puts only the model's forward under autocast and hands its outputs back in float32; without this
+        the output projection inside the loss on CPU (`recipe/loss.py`, half the FLOPs of the `mini` step) ran in
+        float32 in a bf16 run. Built from this trainer's settings, not from accelerate's process-wide state, which
+        the last accelerator made in the process sets. Elsewhere the projection is in the model's forward, under
+        accelerate's autocast, and the loss of its logits is float32 by design (`label_smoothed_cross_entropy`)."""
+        if not getattr(self.accelerator, "native_amp", False) or not (self.args.bf16 or self.args.fp16):
+            return contextlib.nullcontext()
+        return torch.autocast(self.args.device.type, dtype=torch.bfloat16 if self.args.bf16 else torch.float16)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
