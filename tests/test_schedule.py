@@ -179,6 +179,7 @@ def test_a_cooldown_shortened_inside_its_fall_goes_on_from_the_current_rate_stra
     expected = [noam_lr(k, 64, 3) * 0.6 * (27 - k + 1) / 3 for k in (25, 26, 27)]
     assert used[24:] == pytest.approx(expected, rel=1e-12) and optimizer.param_groups[0]["lr"] == 0.0
     assert (scheduler.total_steps, scheduler.cooldown_start, scheduler.cooldown_steps) == (27, 24, 3)
+    assert scheduler.fall_start() == 20  # where the rate first fell, for the average of the fall's weights
 
 
 def test_a_cooldown_lengthened_inside_its_fall_holds_the_current_rate_until_its_new_fall_begins():

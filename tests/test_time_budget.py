@@ -465,3 +465,41 @@ def test_a_resumed_run_whose_plan_max_steps_caps_ends_with_the_uninterrupted_bud
     weights = [load_file(tmp_path / folder / "run" / "model" / "model.safetensors") for folder in ("killed", "whole")]
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+
+
+def test_a_checkpoint_saved_with_a_validation_keeps_that_validations_seconds():
+    clock = _Clock()
+    planner = BudgetPlanner(10, started=clock(), pace=Pace(1.0, 5.0, 8.0), clock=clock)
+    args = SimpleNamespace(eval_steps=1, logging_steps=10, save_steps=1, save_strategy="steps")
+    scheduler = NoamLR(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), d_model=64, warmup_steps=2)
+    state, control = TrainerState(max_steps=10 ** 6), TrainerControl()
+    planner.on_train_begin(args, state, control, lr_scheduler=scheduler)
+    clock.now += 1.0
+    state.global_step = 1
+    planner.on_step_end(args, state, control, lr_scheduler=scheduler)
+    clock.now += 6.0  # the validation
+    planner.on_evaluate(args, state, control)
+    clock.now += 1.0  # its checkpoint
+    planner.on_save(args, state, control)
+    assert planner.state()["attributes"]["validation_seconds"] == 7.0
+
+
+def test_a_run_resumed_from_a_checkpoint_of_untimed_updates_plans_once_it_has_timed_some():
+    clock = _Clock()
+    saved = {"args": {"budget_minutes": 10}, "attributes": {"update_seconds": [], "seconds_used": 20.0}}
+    planner = BudgetPlanner(10, started=clock(), clock=clock)
+    args = SimpleNamespace(eval_steps=None, logging_steps=1, save_steps=None, save_strategy="no")
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = NoamLR(optimizer, d_model=64, warmup_steps=2)
+    optimizer.step()
+    scheduler.step()
+    state, control = TrainerState(max_steps=10 ** 6, global_step=1), TrainerControl()
+    state.stateful_callbacks = {"BudgetPlanner": saved}
+    planner.on_train_begin(args, state, control, lr_scheduler=scheduler)  # no pace yet: no plan, no error
+    for _ in range(3):
+        optimizer.step()
+        scheduler.step()
+        clock.now += 1.0
+        state.global_step += 1
+        planner.on_step_end(args, state, control, lr_scheduler=scheduler)
+    assert planner.plans and state.max_steps < 10 ** 6

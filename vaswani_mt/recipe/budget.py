@@ -231,13 +231,16 @@ class BudgetPlanner(TrainerCallback, ExportableState):
         if self.test_sentences and test_seconds > TEST_SHARE * max(left, 0.0):
             self.test_kept = max(1, min(self.test_sentences,
                                         int(self.test_sentences * TEST_SHARE * max(left, 0.0) / test_seconds)))
-        if self.updates_fitting(0, eval_steps, cap, pace, save_steps=save_steps) >= 1:
-            return None
-        needs = (pace.seconds_per_update + validations_between(0, 1, eval_steps) * pace.seconds_per_validation
-                 + self.after_training_seconds(pace) + self.margin + self.clock() - self.started)
-        return (f"training.budget_minutes ({self.budget_minutes:g}) is too short on this machine to train a single "
-                f"update: the run's start, one update ({pace.seconds_per_update:.2f} s here), its validation and what "
-                f"follows training need about {duration(needs)}; give at least {needs / 60:.1f} minutes")
+        problem = None
+        if self.updates_fitting(0, eval_steps, cap, pace, save_steps=save_steps) < 1:
+            needs = (pace.seconds_per_update + validations_between(0, 1, eval_steps) * pace.seconds_per_validation
+                     + self.after_training_seconds(pace) + self.margin + self.clock() - self.started)
+            problem = (f"training.budget_minutes ({self.budget_minutes:g}) is too short on this machine to train a "
+                       f"single update: the run's start, one update ({pace.seconds_per_update:.2f} s here), its "
+                       f"validation and what follows training need about {duration(needs)}; give at least "
+                       f"{needs / 60:.1f} minutes")
+        self.test_kept, problem = _agreed(self.test_kept, problem)  # one test split and one answer for all processes
+        return problem
 
     # -- the Trainer's events -----------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
@@ -249,6 +252,8 @@ class BudgetPlanner(TrainerCallback, ExportableState):
         if state.global_step > 0:  # resumed: plan what is left of the budget from the checkpoint's pace
             self.restore(state)
             state.max_steps = lr_scheduler.total_steps or self.cap
+            if self.measured_pace() is None:  # a checkpoint of updates not timed yet: plans once it has timed some
+                return
             left = duration(max(self.deadline - self.clock(), 0.0))
             self._plan(args, state, lr_scheduler, f"resumed at update {state.global_step:,} with {left} of the "
                                                   "budget left, at the checkpoint's pace", log=True)
@@ -279,7 +284,9 @@ class BudgetPlanner(TrainerCallback, ExportableState):
         if self._last_end is None:
             return
         now = self.clock()
-        if not self._evaluated:  # a checkpoint without a validation: counted in the plan (`saves_between`)
+        if self._evaluated:  # a validation and its checkpoint: known now, so that the checkpoint keeps it
+            self.validation_seconds = now - self._last_end
+        else:  # a checkpoint without a validation: counted in the plan (`saves_between`)
             self.save_seconds = now - self._mark
         self._mark = now
 
@@ -365,7 +372,9 @@ class BudgetPlanner(TrainerCallback, ExportableState):
                          "test_sentences": self.test_sentences},
                 "attributes": {"plans": self.plans, "update_seconds": self.update_seconds,
                                "validation_seconds": self.validation_seconds, "save_seconds": self.save_seconds,
-                               "test_kept": self.test_kept, "seconds_used": round(self.seconds_used(), 3)}}
+                               "test_kept": self.test_kept, "seconds_used": round(self.seconds_used(), 3),
+                               "probed_validation_seconds": self.pace and [self.pace.seconds_per_validation,
+                                                                           self.pace.seconds_per_validation_at_limit]}}
 
     def restore(self, state) -> None:
         """Take a resumed run's facts of the plan from its checkpoint's trainer state (`TrainerState`, loaded): its
@@ -378,11 +387,13 @@ class BudgetPlanner(TrainerCallback, ExportableState):
         self.save_seconds = attributes.get("save_seconds") or 0.0
         self.test_kept = attributes.get("test_kept")
         self.used_before = float(attributes.get("seconds_used") or 0.0)
-        seconds = list(attributes.get("update_seconds") or [])
-        if seconds:
-            self.pace = Pace(statistics.median(seconds[-self.window():]), self.validation_seconds or 0.0)
-        self.update_seconds = []
         self._logged_updates = self.plans[-1]["updates"] if self.plans else None
+        seconds = list(attributes.get("update_seconds") or [])
+        probed = attributes.get("probed_validation_seconds") or [None, None]
+        if seconds:  # the prior of this attempt's plans: the checkpoint's pace, its probe's passes
+            per_validation = self.validation_seconds if self.validation_seconds is not None else probed[0] or 0.0
+            self.pace = Pace(statistics.median(seconds[-self.window():]), per_validation, probed[1])
+        self.update_seconds = []
         self.resumed = True
 
     def facts(self, updates: int | None, cooldown_from: int | None, warmup_steps: int | None = None) -> dict:
@@ -396,8 +407,8 @@ class BudgetPlanner(TrainerCallback, ExportableState):
                 "seconds_per_validation": round(pace.seconds_per_validation, 1) if pace else None}
 
 
-def _agreed(*numbers: int) -> tuple[int, ...]:
-    """The main process's numbers on every process (each process measures its own pace; one plan must hold for
+def _agreed(*numbers):
+    """The main process's values on every process (each process measures its own pace; one plan must hold for
     all)."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()
             and torch.distributed.get_world_size() > 1):

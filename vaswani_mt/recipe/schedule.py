@@ -194,7 +194,10 @@ class NoamLR(LRScheduler):
         if problem := setting_problem("cooldown_steps", cooldown_steps):
             raise ValueError(problem)
         falling = self.is_falling()
+        if not falling:  # where the fall began stays known however often it is re-laid (`fall_start`)
+            self.first_fall_start = None
         anew = not falling and done <= total_steps - cooldown_steps
+        previous_start = self.cooldown_start
         if not cooldown_steps and not falling:
             self.cooldown_start = None
         else:
@@ -203,8 +206,16 @@ class NoamLR(LRScheduler):
             self.cooldown_start_multiplier = factor
         self.total_steps = total_steps
         self.cooldown_steps = None if self.cooldown_start is None else total_steps - self.cooldown_start
+        if falling and getattr(self, "first_fall_start", None) is None:
+            self.first_fall_start = previous_start
         self._apply_current_lr()
         return anew
+
+    def fall_start(self) -> int | None:
+        """The update after which the rate first fell below the Noam rate (None: no cool-down): the start of the fall
+        as laid, or, once a re-plan inside the fall moved it, where it had begun."""
+        first = getattr(self, "first_fall_start", None)
+        return first if first is not None else self.cooldown_start
 
     def get_lr(self) -> list[float]:
         """The lr for every param group; torch calls this after advancing ``last_epoch``."""

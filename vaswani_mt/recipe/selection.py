@@ -23,7 +23,8 @@ logger = logging.getLogger("vaswani_mt.train")
 def select_final_model(trainer: VaswaniTrainer, run: RunFolder, config: RunConfig, valid_dataset,
                         progress: TrainingProgress) -> Selection:
     """§6.1: average the last checkpoints; keep the average if it beats the best checkpoint on valid BLEU."""
-    best_bleu = trainer.state.best_metric  # its validation during training: the same split, model and decoding
+    # its validation during training (the same split, weights and decoding), where those weights are the ones loaded
+    best_bleu = trainer.state.best_metric if trainer.state.best_model_checkpoint else None
     if best_bleu is None:
         with progress.stage("valid, best checkpoint"):
             best_bleu = trainer.evaluate(valid_dataset, metric_key_prefix="valid").get("valid_bleu")
@@ -42,7 +43,7 @@ def select_final_model(trainer: VaswaniTrainer, run: RunFolder, config: RunConfi
         logger.warning("averaging only the last %d %s (%s): the one before them is not on disk", len(last), kind,
                        ", ".join(p.name for p in last))
     schedule = trainer.lr_scheduler
-    fall_from = (schedule.cooldown_start if schedule is not None and schedule.cooldown_steps
+    fall_from = (schedule.fall_start() if schedule is not None and schedule.cooldown_steps
                  else (trainer.time_budget_facts() or {}).get("cooldown_from"))
     if fall_from is not None and len(last) > 2:  # weights of the fall only (at least the last two): the lowest rates
         falling = [p for p in last if _saved_step(p) > fall_from] or last[-2:]
