@@ -409,6 +409,16 @@ def test_a_resumed_run_plans_what_is_left_of_the_whole_runs_budget(tmp_path, sma
     assert used + time.time() - started <= 0.75 * 60 + 1, used
 
 
+def _one_update(planner, optimizer, scheduler, args, state, control, clock, seconds: float = 1.0) -> None:
+    """An update of `seconds` on the test's clock, and the events the Trainer sends around it (without validation)."""
+    optimizer.step()
+    scheduler.step()
+    clock.now += seconds
+    state.global_step += 1
+    control.should_training_stop = state.global_step >= state.max_steps  # as the Trainer's DefaultFlowCallback
+    planner.on_step_end(args, state, control, lr_scheduler=scheduler)
+
+
 def test_a_planner_rebuilt_from_a_checkpoint_as_transformers_restores_callback_states_finishes_its_plan():
     """`restore_callback_states_from_checkpoint=True`: transformers rebuilds each stateful callback as
     `type(callback)(**saved["args"])` and sets `saved["attributes"]` on it, before training begins."""
@@ -421,11 +431,7 @@ def test_a_planner_rebuilt_from_a_checkpoint_as_transformers_restores_callback_s
     state, control = TrainerState(max_steps=10 ** 6), TrainerControl()
     planner.on_train_begin(args, state, control, lr_scheduler=scheduler)
     for _ in range(100):
-        optimizer.step()
-        scheduler.step()
-        clock.now += 1.0
-        state.global_step += 1
-        planner.on_step_end(args, state, control, lr_scheduler=scheduler)
+        _one_update(planner, optimizer, scheduler, args, state, control, clock)
     saved = json.loads(json.dumps(planner.state()))  # as trainer_state.json keeps it
     rebuilt = BudgetPlanner(**saved["args"])
     for name, value in saved["attributes"].items():
@@ -435,12 +441,7 @@ def test_a_planner_rebuilt_from_a_checkpoint_as_transformers_restores_callback_s
     clock.now += 30  # the resumed attempt starts later
     rebuilt.on_train_begin(args, state, control, lr_scheduler=scheduler)
     while not control.should_training_stop:
-        optimizer.step()
-        scheduler.step()
-        clock.now += 1.0
-        state.global_step += 1
-        control.should_training_stop = state.global_step >= state.max_steps
-        rebuilt.on_step_end(args, state, control, lr_scheduler=scheduler)
+        _one_update(rebuilt, optimizer, scheduler, args, state, control, clock)
     rebuilt.on_train_end(args, state, control)
     facts = rebuilt.facts(scheduler.total_steps, scheduler.cooldown_start, scheduler.warmup_steps)
     assert facts["resumed"] is True and optimizer.param_groups[0]["lr"] == 0.0
@@ -497,9 +498,5 @@ def test_a_run_resumed_from_a_checkpoint_of_untimed_updates_plans_once_it_has_ti
     state.stateful_callbacks = {"BudgetPlanner": saved}
     planner.on_train_begin(args, state, control, lr_scheduler=scheduler)  # no pace yet: no plan, no error
     for _ in range(3):
-        optimizer.step()
-        scheduler.step()
-        clock.now += 1.0
-        state.global_step += 1
-        planner.on_step_end(args, state, control, lr_scheduler=scheduler)
+        _one_update(planner, optimizer, scheduler, args, state, control, clock)
     assert planner.plans and state.max_steps < 10 ** 6
