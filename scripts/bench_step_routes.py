@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import collections
 import copy
-import statistics
 import sys
 import time
 from pathlib import Path
