@@ -15,6 +15,10 @@ Routes (what docs/speed.md reports for each CPU kind):
   compiled  the step with each encoder and decoder layer compiled (`torch.compile`, static shapes: the best case of
             a batch whose lengths are bucketed so that shapes repeat; the loss and the output projection outside
             it), after its compilation, whose seconds are printed apart.
+  layout    the step with the attention's activations made in the layout its products take: queries, keys and
+            values projected head by head straight into [heads x batch, length, size] (one batched product per
+            projection instead of a product and a copy that moves the heads), the output projection summed over the
+            heads; the same loss and gradients (checked before timing, without dropout).
   ops       where the step's time goes: every operation timed as it runs (a TorchDispatchMode, wall-clock, no
             profiler), grouped: the products, the copies that change the heads' layout, the dropout masks' random
             bits and the rest. A step that moves less memory can save at most the time of the copies and the masks'
@@ -43,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_training import LENGTH, PAIRS, make_batch, set_malloc  # noqa: E402
 from benchmark_common import fmt_range, measure, model_flops, trainer_updates  # noqa: E402
 
-ROUTES = ("products", "blocks", "compiled", "ops")
+ROUTES = ("products", "blocks", "compiled", "layout", "ops")
 BLOCK_ROWS = (128, 256, 512, 1024, 2048, 4096)
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 
@@ -180,6 +184,75 @@ def compile_layers(model) -> None:
         layer.forward = torch.compile(layer.forward, dynamic=False)
 
 
+def heads_major_forward(self, hidden_states, key_value_states=None, attention_mask=None, cache=None, **kwargs):
+    """`VaswaniAttention.forward` for training without a cache or attention weights, with queries, keys and values
+    made in the [heads x batch, length, size] layout of the attention's batched products (no copy moving the
+    heads) and the output projection as one batched product per head, summed."""
+    batch, length, d_model = hidden_states.shape
+    heads = self.num_heads
+    source = hidden_states if key_value_states is None else key_value_states
+
+    def project(x, linear):  # [heads, batch * length, size]: x W_h^T + b_h for each head h, one batched product
+        weight = linear.weight.view(heads, -1, d_model).transpose(1, 2)
+        flat = x.reshape(1, -1, d_model).expand(heads, -1, -1)
+        return torch.baddbmm(linear.bias.view(heads, 1, -1), flat, weight)
+
+    query = project(hidden_states, self.q_proj).view(heads * batch, length, -1)
+    keys = project(source, self.k_proj).view(heads * batch, source.shape[1], -1)
+    values = project(source, self.v_proj).view(heads * batch, source.shape[1], -1)
+    scores = (torch.bmm(query, keys.transpose(1, 2)) * self.scaling).view(heads, batch, length, -1)
+    mask = attention_mask
+    if mask is None and self.is_causal and length > 1:
+        mask = torch.ones(length, scores.shape[-1], dtype=torch.bool).tril(scores.shape[-1] - length)
+    elif mask is not None:
+        mask = mask.transpose(0, 1)  # [batch, 1, q, k] -> [1, batch, q, k], against [heads, batch, q, k]
+    if mask is not None:
+        scores = (scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool
+                  else scores + mask)
+    from vaswani_mt.model.modeling_vaswani import attention_softmax
+
+    weights = attention_softmax(scores).to(query.dtype).view(heads * batch, length, -1)
+    output = torch.bmm(weights, values).view(heads, batch * length, -1)
+    out_weight = self.out_proj.weight.view(d_model, heads, -1).permute(1, 2, 0)  # [heads, size, d_model]
+    projected = torch.bmm(output, out_weight).sum(0) + self.out_proj.bias
+    return projected.view(batch, length, d_model), None
+
+
+def heads_major(model) -> None:
+    """Every attention of `model` (a copy) made in the heads-major layout of `heads_major_forward`."""
+    import types
+
+    from vaswani_mt.model.modeling_vaswani import VaswaniAttention
+
+    for module in model.modules():
+        if isinstance(module, VaswaniAttention):
+            module.forward = types.MethodType(heads_major_forward, module)
+
+
+def same_loss_and_gradients(model, variant, batch) -> float:
+    """The largest relative difference between `model`'s and `variant`'s loss and gradients on `batch`, both
+    without dropout (eval mode's forward, gradients taken); a parameter's gradient difference relative to the whole
+    gradient's norm."""
+    differences = []
+    results = []
+    for each in (model, variant):
+        each.eval()
+        each.zero_grad()
+        loss = each(**batch).loss
+        loss.backward()
+        results.append((loss.detach(), {name: p.grad.clone() for name, p in each.named_parameters()
+                                        if p.grad is not None}))
+        each.zero_grad()
+        each.train()
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    differences.append(((loss_a - loss_b).abs() / loss_a.abs()).item())
+    # against the whole gradient's norm: the keys' biases have a gradient of exactly 0 (softmax ignores a shift) and
+    # rounding noise of ~1e-10 in both, which a difference relative to their own norm would count as 100 %
+    total = torch.stack([grad.norm() for grad in grads_a.values()]).norm()
+    differences += [((grad - grads_b[name]).norm() / total).item() for name, grad in grads_a.items()]
+    return max(differences)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--routes", nargs="+", choices=ROUTES, default=list(ROUTES))
@@ -224,7 +297,7 @@ def main(argv=None) -> int:
 
     variants: dict = {}
     compile_seconds = None
-    if {"blocks", "compiled"} & set(args.routes):
+    if {"blocks", "compiled", "layout"} & set(args.routes):
         variants["as shipped"] = runner(copy.deepcopy(model))
     if "blocks" in args.routes:
         from vaswani_mt.recipe.loss import BLOCK_ELEMENTS
@@ -241,6 +314,12 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         variants["layers compiled"](1)  # compiles
         compile_seconds = time.perf_counter() - start
+    if "layout" in args.routes:
+        moved = copy.deepcopy(model)
+        heads_major(moved)
+        print(f"heads-major attention: loss and gradients within {same_loss_and_gradients(model, moved, batch):.1e} "
+              "(relative) of the shipped attention's, without dropout")
+        variants["attention in heads-major layout"] = runner(moved)
     if variants:
         for run in variants.values():  # warm-up: Adam's state, the allocator's pools
             run(1)

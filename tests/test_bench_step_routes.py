@@ -69,3 +69,26 @@ def test_the_op_clock_counts_and_times_each_operation_by_name():
     wall = time.perf_counter() - start
     assert clock.calls["mm.default"] == 3 and clock.calls["add.Tensor"] == 1 and clock.calls["relu.default"] == 1
     assert 0 < sum(clock.seconds.values()) <= wall
+
+
+def test_the_heads_major_attention_trains_with_the_shipped_attentions_loss_and_gradients():
+    import copy
+
+    from vaswani_mt import PRESETS, VaswaniConfig, VaswaniForConditionalGeneration
+
+    torch.manual_seed(0)
+    model = VaswaniForConditionalGeneration(VaswaniConfig(**{**PRESETS["tiny"], "vocab_size": 64}))
+    generator = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(4, 64, (6, 9), generator=generator)
+    labels = torch.randint(4, 64, (6, 7), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[:2, -3:] = 0  # padding: the masks reach the heads-major layout too
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    routes = _script()
+    variant = copy.deepcopy(model)
+    routes.heads_major(variant)
+    assert routes.same_loss_and_gradients(model, variant, batch) < 1e-5
+    broken = copy.deepcopy(model)
+    routes.heads_major(broken)
+    broken.model.encoder.layers[0].self_attn.scaling *= 2  # a wrong attention is seen
+    assert routes.same_loss_and_gradients(model, broken, batch) > 1e-3
