@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_common import cpu_model  # noqa: E402
+from benchmark_common import cpu_flags, cpu_model  # noqa: E402
 
 from vaswani_mt.recipe.loss import projected_label_smoothed_cross_entropy  # noqa: E402
 
@@ -39,14 +39,9 @@ TOKENS, VOCAB, D_MODEL = 4096, 10_000, 128
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 
 
-def cpu_flags() -> list[str]:
+def flags_listed() -> list[str]:
     """Which of `FLAGS` /proc/cpuinfo lists."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next(line.split(":", 1)[1].split() for line in f if line.startswith("flags"))
-    except (OSError, StopIteration):
-        return []
-    return [flag for flag in FLAGS if flag in flags]
+    return [flag for flag in FLAGS if flag in cpu_flags()]
 
 
 def alternated(call, rounds: int) -> tuple[float, float]:
@@ -74,7 +69,7 @@ def main() -> None:
                         help="standard deviations of a row's logits")
     args = parser.parse_args()
     torch.set_num_threads(1)  # the setting is the calling thread's: the one that computes
-    print(f"CPU: {cpu_model()}; flags: {', '.join(cpu_flags()) or 'none of ' + ', '.join(FLAGS)}; "
+    print(f"CPU: {cpu_model()}; flags: {', '.join(flags_listed()) or 'none of ' + ', '.join(FLAGS)}; "
           f"torch {torch.__version__}, 1 thread; medians of {args.rounds} calls of each kind, alternated")
     print("| logits' spread | subnormal share of p | workload | kept, ms | flushed, ms | kept / flushed |")
     print("|---|---|---|---|---|---|")

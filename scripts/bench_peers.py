@@ -70,7 +70,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_common import MULTI30K, LoadMonitor, model_flops, wait_for_idle  # noqa: E402
+from benchmark_common import (CPU_FLAGS, MULTI30K, LoadMonitor, cpu_flags, cpu_model, model_flops,  # noqa: E402
+                              wait_for_idle)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path(os.environ.get("VASWANI_MT_PEERS_CACHE", Path.home() / ".cache" / "vaswani_mt" / "peers"))
@@ -79,7 +80,6 @@ SPEED_SYSTEMS = ("ours", "fairseq", "opennmt-py", "eole", "sockeye")  # the defa
 # The toolkit (and environment) of each system; `-default`: the toolkit with its own defaults for this shape.
 TOOLKIT = {system: system.removesuffix("-default") for system in SYSTEMS}
 VOCAB = 10000
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 
 
 class BenchError(Exception):
@@ -1070,17 +1070,9 @@ def commit() -> str:
 
 
 def cpu_line() -> str:
-    model, flags = "unknown CPU", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and model == "unknown CPU":
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
+    flags = cpu_flags()
     shown = " ".join(f"{flag}{'+' if flag in flags else '-'}" for flag in CPU_FLAGS)
-    return f"CPU {model}, {os.cpu_count()} cores ({shown}); {THREADS} threads, float32"
+    return f"CPU {cpu_model()}, {os.cpu_count()} cores ({shown}); {THREADS} threads, float32"
 
 
 def settings_line(mallocs) -> str:

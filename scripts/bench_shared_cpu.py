@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_common import cpu_model  # noqa: E402
+from benchmark_common import CPU_FLAGS, cpu_flags, cpu_model  # noqa: E402
 
 from vaswani_mt.cli import PROCESS_ENVIRONMENT  # noqa: E402
 
@@ -81,14 +81,8 @@ def run_workers(count: int, seconds: float, variant: str) -> list[dict]:
     return results
 
 
-def cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next(line.split(":", 1)[1].split() for line in f if line.startswith("flags"))
-    except (OSError, StopIteration):
-        return "unknown"
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
-    return " ".join(flag for flag in wanted if flag in flags) or "none of avx2/avx512"
+def flags_shown() -> str:
+    return " ".join(flag for flag in CPU_FLAGS if flag in cpu_flags()) or "none of avx2/avx512"
 
 
 def main(argv=None) -> int:
@@ -103,7 +97,7 @@ def main(argv=None) -> int:
         return 0
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"CPU: {cpu_model()}, {cores} cores, flags: {cpu_flags()}; {args.seconds:g} s per measurement")
+    print(f"CPU: {cpu_model()}, {cores} cores, flags: {flags_shown()}; {args.seconds:g} s per measurement")
     print()
     alone = {variant: [] for variant in args.variants}
     for _ in range(args.repeats):  # interleaved, so that a slow minute of the machine hits every variant alike

@@ -45,32 +45,21 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_training import LENGTH, PAIRS, make_batch, set_malloc  # noqa: E402
-from benchmark_common import fmt_range, measure, model_flops, trainer_updates  # noqa: E402
+from benchmark_common import (CPU_FLAGS, cpu_flags, cpuinfo, fmt_range, measure, model_flops,  # noqa: E402
+                              trainer_updates)
 
 ROUTES = ("products", "blocks", "compiled", "layout", "ops")
 BLOCK_ROWS = (128, 256, 512, 1024, 2048, 4096)
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 
 
 def cpu_line() -> str:
     from vaswani_mt.run_record import Hardware
 
-    flags = set()
-    with open("/proc/cpuinfo") as cpuinfo:
-        for line in cpuinfo:
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    family = model = "?"
-    with open("/proc/cpuinfo") as cpuinfo:
-        for line in cpuinfo:
-            if line.startswith("cpu family"):
-                family = line.split(":", 1)[1].strip()
-            elif line.startswith("model\t"):
-                model = line.split(":", 1)[1].strip()
+    flags = cpu_flags()
     shown = ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in CPU_FLAGS)
-    return (f"CPU {Hardware.of_this_machine().cpu} (family {family} model {model}; {shown}; torch capability "
-            f"{torch.backends.cpu.get_cpu_capability()}); torch {torch.__version__}, {torch.get_num_threads()} threads")
+    return (f"CPU {Hardware.of_this_machine().cpu} (family {cpuinfo('cpu family') or '?'} model "
+            f"{cpuinfo('model') or '?'}; {shown}; torch capability {torch.backends.cpu.get_cpu_capability()}); "
+            f"torch {torch.__version__}, {torch.get_num_threads()} threads")
 
 
 def best_seconds(function, repetitions: int = 7) -> float:

@@ -44,13 +44,28 @@ def read_test_set(source: Path, reference: Path, limit: int | None = None) -> tu
     return (sources[:limit], references[:limit]) if limit else (sources, references)
 
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), printed beside every figure: ratios differ between CPUs."""
+# The flags that decide which kernels a CPU runs: printed beside every figure.
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+
+
+def cpuinfo(field: str) -> str | None:
+    """The first value of `field` in /proc/cpuinfo ("model name", "cpu family", "flags"...), or None."""
     try:
         with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            return next(line.split(":", 1)[1].strip() for line in f
+                        if line.split(":", 1)[0].strip() == field and ":" in line)
     except (OSError, StopIteration):
-        return "unknown CPU"
+        return None
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), printed beside every figure: ratios differ between CPUs."""
+    return cpuinfo("model name") or "unknown CPU"
+
+
+def cpu_flags() -> set[str]:
+    """The flags /proc/cpuinfo lists (empty where it cannot be read)."""
+    return set((cpuinfo("flags") or "").split())
 
 
 def _cpu_busy_seconds() -> tuple[float, float]:
