@@ -3,8 +3,10 @@
 Loads Multi30k (cleaned), learns the joint BPE tokenizer on its training split, tokenises it, and
 prints the padding share of TokenBudgetBatchSampler at a token budget beside two baselines with the
 same budget and the same greedy packing: fairseq's (source, target) length order, and random order.
+With --bpe-dropout P, also one epoch of our batches with their pieces split (training.bpe_dropout): the tokens
+gained, the padding, the largest padded batch against the budget, and the time the splitting takes per batch.
 
-    python scripts/padding_report.py [--data-dir ../shared/data/multi30k] [--max-tokens 4096]
+    python scripts/padding_report.py [--data-dir ../shared/data/multi30k] [--max-tokens 4096] [--bpe-dropout 0.1]
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--max-tokens", type=int, nargs="+", default=[4096], help="token budget(s) per side")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bpe-dropout", type=float, help="also our batches with BPE-dropout at this probability")
     return parser.parse_args()
 
 
@@ -70,6 +73,31 @@ def main() -> None:
                 f"{name:32} {stats['padding_share']:8.2%} {stats['src_padding_share']:8.2%} "
                 f"{stats['tgt_padding_share']:8.2%} {stats['num_batches']:8d} {stats['mean_batch_size']:12.1f}"
             )
+        if args.bpe_dropout:
+            bpe_dropout_report(train, tokenizer, sampler, max_tokens, args.bpe_dropout, args.seed)
+
+
+def bpe_dropout_report(train, tokenizer, sampler, max_tokens: int, p: float, seed: int) -> None:
+    """One epoch of `sampler`'s batches fetched through BpeDropout, as the trainer fetches them."""
+    from vaswani_mt.data.batching import padding_stats
+    from vaswani_mt.data.bpe_dropout import BpeDropout, merge_halves
+
+    for bound, what in ((max_tokens, "as the trainer fetches them"), (None, "without the batch bound")):
+        split = BpeDropout(train, merge_halves(tokenizer), p, seed=seed, epoch_of=sampler, max_tokens=bound)
+        batches, seconds, rows = list(sampler), 0.0, {}
+        for batch in batches:
+            plain = train.__getitems__(batch)
+            started = time.perf_counter()
+            rows.update(zip(batch, split.split_rows(batch, plain)))
+            seconds += time.perf_counter() - started
+        src = np.array([len(rows[i]["input_ids"]) for i in range(len(train))])
+        tgt = np.array([len(rows[i]["labels"]) for i in range(len(train))])
+        stats = padding_stats(batches, src, tgt)
+        largest = max(len(b) * max(max(src[b]), max(tgt[b])) for b in batches)
+        print(f"BPE-dropout {p:g}, {what}: {int(src.sum())} source (+{src.sum() / sampler.src_lengths.sum() - 1:.1%}) "
+              f"and {int(tgt.sum())} target tokens (+{tgt.sum() / sampler.tgt_lengths.sum() - 1:.1%}); padding "
+              f"{stats['padding_share']:.2%}; largest padded side {largest} tokens ({largest / max_tokens:.2f}x the "
+              f"budget); splitting {1000 * seconds / len(batches):.1f} ms per batch")
 
 
 if __name__ == "__main__":

@@ -529,13 +529,13 @@ def test_every_training_setting_of_the_config_reaches_the_trainers_arguments_and
     overrides = ["--training.warmup_steps", "123", "--training.noam_factor", "2.5", "--training.label_smoothing",
                  "0.2", "--training.num_beams", "5", "--training.max_grad_norm", "1.5", "--training.seed", "7",
                  "--training.max_steps", "40", "--training.keep_checkpoints", "3", "--training.average_last", "2",
-                 "--training.cooldown_steps", "10", "--training.num_epochs", "3"]
+                 "--training.cooldown_steps", "10", "--training.num_epochs", "3", "--training.bpe_dropout", "0.1"]
     training = load_run_config(str(tiny_config(tmp_path, small_corpus)), parse_overrides(overrides)).training
     args = VaswaniTrainingArguments.from_config(training, str(tmp_path))
     arguments = {f.name for f in dataclasses.fields(VaswaniTrainingArguments)}
     shared = [f.name for f in dataclasses.fields(TrainingConfig) if f.name in arguments]
     assert {"warmup_steps", "noam_factor", "label_smoothing", "max_grad_norm", "seed", "cooldown_steps",
-            "max_tokens", "torch_compile"} <= set(shared)
+            "max_tokens", "torch_compile", "bpe_dropout"} <= set(shared)
     for key in shared:
         assert getattr(args, key) == getattr(training, key), key
     assert (args.max_steps, args.save_steps, args.checkpoint_limit) == (40, training.eval_steps, 4)

@@ -364,6 +364,9 @@ def _recipe_rows(t, subset: int | None = None, updates: int | None = None, preci
                      + (_planned_cooldown(plan, updates) if plan and plan.updates else _cooldown(t, updates))))
     if "label_smoothing" in t:
         rows.append(("Label smoothing", f"ε_ls = {t['label_smoothing']} (§5.4)"))
+    if t.get("bpe_dropout"):
+        rows.append(("BPE-dropout", f"p = {t['bpe_dropout']}: training pieces split into the halves their merge "
+                                    "joined, anew each epoch (Provilkov et al. 2020; not in the paper)"))
     if t.get("max_tokens"):
         accumulation = accumulation or t.get("gradient_accumulation_steps") or 1  # the run's, else the config's
         rows.append(("Batch", f"about {t['max_tokens']:,} tokens per side, sentences of similar length batched "

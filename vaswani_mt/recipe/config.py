@@ -104,6 +104,9 @@ class TrainingConfig:
     # not in §5.3: the rate falls linearly to 0 over the run's last N updates, or a fraction (< 1) of them; 0: none
     cooldown_steps: int | float | None = None
     label_smoothing: float = 0.1  # eps_ls (§5.4)
+    # not in the paper: BPE-dropout (Provilkov et al. 2020), each training piece split into the two its merge joined
+    # with this probability, drawn anew each epoch (data/bpe_dropout.py); 0: the tokenizer's pieces as they are
+    bpe_dropout: float = 0.0
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
     adam_epsilon: float = 1e-9

@@ -36,7 +36,7 @@ def setting_problem(name: str, value: Any) -> str | None:
         return f"{name} must be >= 0 (0: none), got {value!r}"
     if name == "cooldown_steps" and value >= 1 and value != int(value):
         return f"{name} must be a number of updates or a fraction of the run (below 1), got {value!r}"
-    if name == "label_smoothing" and not 0.0 <= value < 1.0:
+    if name in ("label_smoothing", "bpe_dropout") and not 0.0 <= value < 1.0:
         return f"{name} must be in [0, 1), got {value!r}"
     if name == "precision" and value not in PRECISIONS:
         return f"{name} must be one of {', '.join(PRECISIONS)}, got {value!r}"

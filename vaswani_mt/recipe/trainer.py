@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from ..data.batching import TokenBudgetBatchSampler
+from ..data.bpe_dropout import BpeDropout, merge_halves
 from ..files import (  # noqa: F401
     SAVING_MARKER,
     TOKENIZER_FILES,
@@ -92,6 +93,10 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     label_smoothing: float = field(default=_RECIPE.label_smoothing, metadata={"help": "eps_ls of §5.4 (0 = plain "
                                                                                        "cross-entropy)."})
     noam_factor: float = field(default=_RECIPE.noam_factor, metadata={"help": "Multiplier of the Noam schedule."})
+    bpe_dropout: float = field(
+        default=_RECIPE.bpe_dropout,
+        metadata={"help": "Not in the paper: BPE-dropout (Provilkov et al. 2020), each training piece split into the "
+                          "two its merge joined with this probability, anew each epoch (needs max_tokens; 0: none)."})
     warmup_steps: int | float = field(default=_RECIPE.warmup_steps, metadata={"help": "Noam warm-up updates (§5.3)."})
     cooldown_steps: int | float | None = field(
         default=_RECIPE.cooldown_steps,
@@ -123,10 +128,12 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         if self.save_total_limit is not None:
             self.checkpoint_limit, self.save_total_limit = self.save_total_limit, None
         for name in ("warmup_steps", "label_smoothing", "noam_factor", "max_tokens", "cooldown_steps",
-                     "budget_minutes"):
+                     "budget_minutes", "bpe_dropout"):
             problem = setting_problem(name, getattr(self, name))
             if problem:
                 raise ValueError(problem)
+        if self.bpe_dropout and self.max_tokens is None:
+            raise ValueError("bpe_dropout needs max_tokens: its draws follow the epochs of the token-budget batches")
         if self.label_smoothing_factor:
             raise ValueError("use label_smoothing (the paper's formulation, §5.4), not label_smoothing_factor")
 
@@ -290,6 +297,13 @@ class VaswaniTrainer(Seq2SeqTrainer):
             num_replicas=self.args.world_size, rank=self.args.process_index,
             pad_to_multiple_of=getattr(self.data_collator, "pad_to_multiple_of", None),
         )
+        if self.args.bpe_dropout:
+            if self.processing_class is None:
+                raise ValueError("bpe_dropout needs the trainer's tokenizer (processing_class): its merges say how "
+                                 "pieces split")
+            positions = getattr(self.accelerator.unwrap_model(self.model).config, "max_position_embeddings", None)
+            dataset = BpeDropout(dataset, merge_halves(self.processing_class), self.args.bpe_dropout, self.args.seed,
+                                 epoch_of=sampler, max_length=positions, max_tokens=self.args.max_tokens)
         loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=self.data_collator,
                             num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
         loader = self.accelerator.prepare(loader)
