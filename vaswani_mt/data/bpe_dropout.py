@@ -42,7 +42,7 @@ def merge_halves(tokenizer: Any) -> np.ndarray:
     for merge in model["merges"]:
         left, right = merge.split(" ", 1) if isinstance(merge, str) else merge  # tokenizers < 0.20 wrote "a b"
         made = vocab.get(left + right)
-        if made is not None and halves[made, 0] < 0:  # the first merge that makes a piece is the one BPE applies
+        if made is not None and halves[made, 0] < 0:  # a piece two merges make: split as the first (top-ranked) one
             halves[made] = vocab[left], vocab[right]
     return halves
 
