@@ -78,14 +78,15 @@ def split_pieces(rows: Sequence[Sequence[int]], halves: np.ndarray, p: float, ke
     owner = np.repeat(np.arange(len(rows)), lengths)
     fresh = np.ones(pieces.size, dtype=bool)  # pieces not yet drawn for
     for round_ in range(64):  # a piece is split at most once a round, and no piece has 64 levels of merges
-        place = np.arange(pieces.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        row_starts = np.cumsum(lengths) - lengths
+        place = np.arange(pieces.size) - np.repeat(row_starts, lengths)
         with np.errstate(over="ignore"):
             bits = _mix(keys[owner] + (np.uint64(round_) << np.uint64(32) | place.astype(np.uint64)) * _STEP)
         draws = (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
         split = fresh & (halves[pieces, 0] >= 0) & (draws < p)
         if limits is not None:  # the row's splits of this round, counted left to right, within its room
             counted = np.cumsum(split)
-            before = np.concatenate(([0], counted))[np.cumsum(lengths) - lengths]
+            before = np.concatenate(([0], counted))[row_starts]
             split &= counted - before[owner] <= (limits - lengths)[owner]
         if not split.any():
             break
@@ -113,8 +114,7 @@ class BpeDropout:
 
     def __init__(self, dataset, halves: np.ndarray, p: float, seed: int, epoch_of: EpochSource,
                  max_length: int | None = None, max_tokens: int | None = None):
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"bpe_dropout must be in [0, 1), got {p!r}")
+        # p is checked where the setting enters (recipe/rules.py: the run config, VaswaniTrainingArguments)
         self.dataset, self.halves, self.p, self.seed = dataset, halves, p, seed
         self.epoch_of, self.max_length, self.max_tokens = epoch_of, max_length, max_tokens
 
