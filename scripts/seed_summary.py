@@ -4,10 +4,11 @@ docs/results.md and the README's results table give a recipe's result. With --ag
     python scripts/seed_summary.py runs/multi30k-en-de-seed1 runs/multi30k-en-de-seed2 runs/multi30k-en-de-seed3
     python scripts/seed_summary.py runs/a-seed1 runs/a-seed2 --against runs/b-seed1 runs/b-seed2
 
-Per run (read from its metrics.json and config.yaml): its seed, CPU or GPU and precision, updates, minutes (the
-time budget's whole run, else training's wall time), the final model's valid BLEU (the one `vaswani-mt train` chose:
-the average or the best checkpoint), and its test BLEU: cased sacreBLEU, and the lowercased Moses-tokenized BLEU of
-the literature's protocol where the run was preprocessed so. Then, per score, the mean, the spread (lowest to highest)
+Per run (read from its metrics.json and config.yaml by vaswani_mt.publishing.seeds, as a model card reads its
+seeds): its seed, CPU or GPU and precision, updates, minutes (the time budget's whole run, else training's wall
+time), the final model's valid BLEU (the one `vaswani-mt train` chose: the average or the best checkpoint), and its
+test BLEU: cased sacreBLEU, and the lowercased Moses-tokenized BLEU of the literature's protocol where the run was
+preprocessed so. Then, per score, the mean, the spread (lowest to highest)
 and the sample standard deviation. An A/B compares the two sides' mean valid BLEU only: recipes are chosen on valid,
 test is read once per final config (docs/recipe.md).
 """
@@ -17,48 +18,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-from vaswani_mt.run_record import RunFolder, RunRecord
-
-
-class SummaryError(Exception):
-    """A run folder that cannot be summarised; the message names it."""
-
-
-@dataclass
-class RunFigures:
-    name: str
-    seed: int | None
-    machine: str
-    updates: int | None
-    minutes: float | None
-    valid: float | None
-    test: float | None
-    test_lctok: float | None
+from vaswani_mt.publishing.seeds import RunFigures, SeedRunError, read_run, run_figures
+from vaswani_mt.publishing.seeds import spread as score_spread
 
 
 def figures(folder: Path) -> RunFigures:
-    if not RunFolder(folder).record.is_file():
-        raise SummaryError(f"{folder}: no metrics.json (not a finished run of `vaswani-mt train`)")
-    record = RunRecord.read(folder)
-    training, selection, test = record.training, record.selection, record.test
-    hardware = training.hardware
-    machine = (hardware.gpu if hardware and hardware.cuda else hardware.cpu if hardware else None) or "?"
-    precision = (training.precision or "").split(" (")[0]
-    plan = training.time_budget
-    minutes = plan.run_minutes if plan and plan.run_minutes else (
-        training.wall_seconds_this_process / 60 if training.wall_seconds_this_process else None)
-    valid = None
-    if selection is not None:
-        valid = (selection.valid_bleu_averaged if selection.chosen == "averaged"
-                 else selection.valid_bleu_best_checkpoint)
-    return RunFigures(
-        name=record.name, seed=(record.config.get("training") or {}).get("seed"),
-        machine=f"{machine}, {precision}" if precision else machine, updates=training.steps, minutes=minutes,
-        valid=valid, test=test.bleu if test else None,
-        test_lctok=test.bleu_lowercased_moses_tokenized if test and test.preprocess else None)
+    return run_figures(read_run(folder))
 
 
 def _number(value: float | None, digits: int = 2) -> str:
@@ -67,13 +34,7 @@ def _number(value: float | None, digits: int = 2) -> str:
 
 def spread(values: list[float | None]) -> str:
     """`mean (lowest–highest, sd s, n runs)` of the values a run has."""
-    present = [v for v in values if v is not None]
-    if not present:
-        return "–"
-    if len(present) == 1:
-        return f"{present[0]:.2f} (one run)"
-    return (f"{statistics.mean(present):.2f} ({min(present):.2f}–{max(present):.2f}, "
-            f"sd {statistics.stdev(present):.2f}, {len(present)} runs)")
+    return str(score_spread(values) or "–")
 
 
 def table(runs: list[RunFigures]) -> list[str]:
@@ -109,7 +70,7 @@ def main(argv=None) -> int:
     try:
         a = [figures(folder) for folder in args.runs]
         b = [figures(folder) for folder in args.against or []]
-    except SummaryError as error:
+    except SeedRunError as error:
         print(f"seed_summary.py: {error}", file=sys.stderr)
         return 1
     if not b:

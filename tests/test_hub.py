@@ -759,6 +759,53 @@ def test_a_card_writes_a_whole_epoch_limit_without_a_decimal_point():
     assert dict(_recipe_rows({"num_epochs": 2.5}))["Length"] == "at most 2.5 epochs"
 
 
+def seed_sibling(run_dir: Path, folder: Path, seed: int, bleu: float, **training) -> Path:
+    """A copy of `run_dir` as another seed of its recipe (or, with `training` changes, of another recipe)."""
+    shutil.copytree(run_dir, folder)
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    config["training"].update(seed=seed, **training)
+    config["output_dir"] = f"runs/{folder.name}"
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    metrics = json.loads((folder / "metrics.json").read_text())
+    metrics["test"]["bleu"] = bleu
+    metrics["training"]["steps"] = 4371 + seed
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    return folder
+
+
+def test_a_card_with_its_seed_runs_gives_each_runs_test_bleu_and_the_recipes_mean_and_spread(run_dir, tmp_path):
+    from vaswani_mt.publishing.model_card import render_model_card
+
+    seeds = [seed_sibling(run_dir, tmp_path / f"seed{seed}", seed, bleu) for seed, bleu in ((2, 34.9), (3, 36.1))]
+    text = render_model_card(run_dir, REPO, seed_runs=seeds)
+    assert ("One run is not a recipe's result: this is one of 3 runs of the same recipe with different seeds, whose "
+            "mean is BLEU 35.47 (34.90–36.10, sd 0.60, 3 runs): see Seeds.") in text
+    assert "| run | seed | machine | updates | minutes | test BLEU |" in text
+    assert "| `multi30k-en-de` | 1 | AMD EPYC 9R45 | 4,371 | 84.9 | 35.41 |" in text  # this run first
+    assert "| `seed3` | 3 | AMD EPYC 9R45 | 4,374 | 84.9 | 36.10 |" in text
+    assert "Test BLEU over the runs: 35.47 (34.90–36.10, sd 0.60, 3 runs)." in text
+    # the metadata keeps this model's own scores: the mean is the recipe's, not these weights'
+    assert "value: 35.41234" in text and "35.47078" not in text
+    assert "## Seeds" not in render_model_card(run_dir, REPO)
+
+
+def test_push_refuses_a_seed_run_of_another_recipe_or_an_unfinished_one_in_one_line_naming_it(run_dir, tmp_path,
+                                                                                                capsys):
+    from vaswani_mt.cli import main
+
+    other = seed_sibling(run_dir, tmp_path / "other", 2, 34.9, warmup_steps=4000)
+    assert main(["push", str(run_dir), REPO, "--dry-run", "--seed-runs", str(other)]) == 2
+    assert capsys.readouterr().err == (
+        f"vaswani-mt push: error: --seed-runs {other}: not a seed of this run's recipe: its config differs at "
+        f"training.warmup_steps (seeds of one recipe differ only in training.seed and output_dir)\n")
+    (tmp_path / "unfinished").mkdir()
+    assert main(["push", str(run_dir), REPO, "--seed-runs", str(tmp_path / "unfinished")]) == 2
+    assert capsys.readouterr().err == (f"vaswani-mt push: error: --seed-runs {tmp_path / 'unfinished'}: no "
+                                       f"metrics.json (not a finished run of `vaswani-mt train`)\n")
+    assert main(["push", str(run_dir), REPO, "--dry-run", "--seed-runs", str(run_dir)]) == 2
+    assert "the same run as another one given" in capsys.readouterr().err
+
+
 def test_a_card_names_the_cooldown_beside_the_noam_schedule_only_when_the_run_had_one():
     from vaswani_mt.publishing.model_card import _recipe_rows
 

@@ -7,7 +7,8 @@ import argparse
 import sys
 
 from ..model.pipeline_vaswani import pipeline_code_changes
-from ..publishing.hub import PushError, check_run_folder, demo_files, push_run, split_repo_id, upload_plan
+from ..publishing.hub import (PushError, check_run_folder, check_seed_runs, demo_files, push_run, split_repo_id,
+                              upload_plan)
 from ..publishing.model_card import render_model_card
 from ..publishing.model_code import code_changes
 
@@ -37,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "e.g. 'vaswani-mt[demo] @ git+https://github.com/OWNER/vaswani_mt' (default: "
                              "vaswani-mt[demo])")
     parser.add_argument("--message", default="Upload vaswani_mt model and model card", help="the commit message")
+    parser.add_argument("--seed-runs", nargs="+", default=[], metavar="RUN",
+                        help="run folders of the same config with other seeds (training.seed): the card gives the "
+                             "recipe's mean and spread of test BLEU over them and this run")
     parser.add_argument("--dry-run", action="store_true", help="check the run and print the card and the files; "
                                                                "upload nothing")
     return parser
@@ -49,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         model_dir = check_run_folder(args.run_dir)
+        check_seed_runs(args.run_dir, args.seed_runs)
         demo = demo_files(args.repo_id, args.demo_requirement) if args.demo else {}
         if not code_changes(model_dir).current:
             print(f"vaswani-mt push: warning: the model code in {model_dir} is not this vaswani-mt's (saved by another "
@@ -57,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             namespace, _ = split_repo_id(args.repo_id)
             print(render_model_card(args.run_dir, args.repo_id if namespace else None, license=args.license,
                                     license_name=args.license_name, license_link=args.license_link,
-                                    dataset=args.dataset))
+                                    dataset=args.dataset, seed_runs=args.seed_runs))
             files = [path for path, _ in upload_plan(model_dir)] + list(pipeline_code_changes(model_dir)) + list(demo)
             print("files: " + ", ".join(sorted(set(files) | {"README.md"})), file=sys.stderr)
             print(f"dry run: nothing was uploaded; without --dry-run these files and the card above would go to "
@@ -66,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         url = push_run(args.run_dir, args.repo_id, private=args.private, token=args.token,
                        commit_message=args.message, license=args.license, license_name=args.license_name,
                        license_link=args.license_link, dataset=args.dataset, demo=args.demo,
-                       demo_requirement=args.demo_requirement)
+                       demo_requirement=args.demo_requirement, seed_runs=args.seed_runs)
     except PushError as error:
         print(f"vaswani-mt push: error: {error}", file=sys.stderr)
         return error.exit_code

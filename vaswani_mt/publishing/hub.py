@@ -28,8 +28,9 @@ from pathlib import Path
 
 from ..files import TOKENIZER_FILES, first_line
 from ..model.pipeline_vaswani import pipeline_code_changes
-from ..run_record import RunFolder
+from ..run_record import RunFolder, RunRecord
 from .model_card import render_model_card
+from .seeds import SeedRunError, seed_runs
 
 MODEL_DIR = RunFolder(".").model.name
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -48,6 +49,16 @@ class PushError(Exception):
 
 
 # --- checks that need no network ------------------------------------------------------------------------------------
+
+def check_seed_runs(run_dir, folders) -> None:
+    """`PushError` (exit code 2) when one of `folders` is not a finished run of `run_dir`'s recipe with another seed
+    (`publishing.seeds.seed_runs`)."""
+    if folders:
+        try:
+            seed_runs(RunRecord.read(run_dir), folders)
+        except SeedRunError as error:
+            raise PushError(f"--seed-runs {error}", 2) from None
+
 
 def check_run_folder(run_dir) -> Path:
     """The run's model folder, or `PushError` (exit code 2) naming everything that is missing."""
@@ -162,12 +173,14 @@ def push_run(run_dir, repo_id: str, private: bool = False, token: str | None = N
              commit_message: str = "Upload vaswani_mt model and model card", *,
              license: str | None = None,  # noqa: A002 - the Hub's name for it
              license_name: str | None = None, license_link: str | None = None, dataset: str | None = None,
-             demo: bool = False, demo_requirement: str | None = None) -> str:
+             demo: bool = False, demo_requirement: str | None = None, seed_runs=()) -> str:
     """Upload a run folder's model and its model card to `repo_id` (created if needed, `private` then) in one commit;
     returns the repo's URL. With `demo`, also the web demo's ``app.py`` and ``requirements.txt``
-    (:func:`demo_files`). Raises `PushError` with a one-line reason when the folder is incomplete, there is no
-    usable token, the namespace belongs to someone else, or the Hub refuses or cannot be reached."""
+    (:func:`demo_files`). `seed_runs`: run folders of the same recipe with other seeds, for the card's mean and
+    spread. Raises `PushError` with a one-line reason when the folder is incomplete, a seed run is not one, there is
+    no usable token, the namespace belongs to someone else, or the Hub refuses or cannot be reached."""
     model_dir = check_run_folder(run_dir)
+    check_seed_runs(run_dir, seed_runs)
     namespace, name = split_repo_id(repo_id)
     if demo:
         demo_files(repo_id, demo_requirement)  # a bad requirement is refused before any request
@@ -186,7 +199,7 @@ def push_run(run_dir, repo_id: str, private: bool = False, token: str | None = N
     _check_namespace(user, namespace, f"{namespace}/{name}")
     full_id = f"{namespace}/{name}"
     card = render_model_card(run_dir, full_id, license=license, license_name=license_name, license_link=license_link,
-                             dataset=dataset)
+                             dataset=dataset, seed_runs=seed_runs)
 
     operations = [CommitOperationAdd(path_in_repo=path, path_or_fileobj=str(local)) for path, local in plan
                   if path not in replacements]

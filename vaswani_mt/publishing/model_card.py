@@ -28,6 +28,7 @@ from pathlib import Path
 from ..data.reading import is_hub_dataset_id
 from ..recipe.progress import duration
 from ..run_record import RunRecord
+from .seeds import seed_runs, spread
 
 TEMPLATE_NAME = "model_card_template.md"
 TEMPLATE_PATH = Path(__file__).with_name(TEMPLATE_NAME)
@@ -72,16 +73,19 @@ def _test_metrics(test) -> list[tuple[str, str, str, str]]:
 
 def render_model_card(run_dir, repo_id: str | None = None, *, license: str | None = None,  # noqa: A002
                       license_name: str | None = None, license_link: str | None = None,
-                      dataset: str | None = None) -> str:
+                      dataset: str | None = None, seed_runs=()) -> str:
     """The README.md of a run folder written by ``vaswani-mt train`` (its `RunRecord`).
 
     `repo_id` ("user/name") names the model and goes into the usage code; without it the code reads
     ``"<namespace>/<name>"``. `license` is a Hub licence id; by default ``other``, described by `license_name` /
     `license_link` or by the run's data description. `dataset` overrides the dataset id of the metadata (by default:
     the data description's ``hub_id``, else ``data.path`` of the run config when it is a Hub id, else its folder
-    name)."""
-    return render_card(RunRecord.read(run_dir), repo_id=repo_id, license=license, license_name=license_name,
-                       license_link=license_link, dataset=dataset)
+    name). `seed_runs`: run folders of the same recipe with other seeds; the card then gives the recipe's mean and
+    spread beside this run's scores (`SeedRunError` names a folder that is not such a run)."""
+    record = RunRecord.read(run_dir)
+    return render_card(record, repo_id=repo_id, license=license, license_name=license_name,
+                       license_link=license_link, dataset=dataset,
+                       seeds=seed_runs_of(record, seed_runs) if seed_runs else None)
 
 
 def trainer_model_card(record: RunRecord, repo_id: str | None = None, language=None, license=None,  # noqa: A002
@@ -124,8 +128,8 @@ def card_from_template(card_data, template: str | None = None, **context):
 
 def render_card(record: RunRecord, repo_id: str | None = None, license: str | None = None,  # noqa: A002
                 license_name: str | None = None, license_link: str | None = None, dataset: str | None = None,
-                language=None, extra_tags=None, model_name: str | None = None) -> str:
-    """The card text of a run's record."""
+                language=None, extra_tags=None, model_name: str | None = None, seeds=None) -> str:
+    """The card text of a run's record; `seeds`: `seed_runs_of` the record, for the recipe's mean and spread."""
     from huggingface_hub import ModelCardData
 
     config = record.config
@@ -183,7 +187,7 @@ def render_card(record: RunRecord, repo_id: str | None = None, license: str | No
                             _precision(record.training),
                             record.training.gradient_accumulation_steps if record.training else None,
                             record.training.time_budget if record.training else None),
-        run=_run_rows(record.training, record.command),
+        run=_run_rows(record.training, record.command), seeds=seeds,
         max_positions=model_config.get("max_position_embeddings"),
         licence={"id": licence["license"], "link": licence.get("license_link"), "name_given": bool(license_name)})
     return re.sub(r"\n{3,}", "\n\n", str(card)).strip() + "\n"
@@ -228,6 +232,22 @@ def _results(test, data_name) -> dict | None:
             "scores": [f"{name} {test[key]:.2f}" for key, name in (("bleu", "BLEU"), ("chrf", "chrF")) if key in test],
             "details": [d for d in details if d], "num_beams": test.get("num_beams"), "seconds": test.get("seconds"),
             "preprocess": test.get("preprocess")}
+
+
+def seed_runs_of(record: RunRecord, folders) -> dict:
+    """This run and its sibling seeds (`publishing.seeds.seed_runs`) as the card's Seeds section shows them: a row
+    per run, and the mean (lowest–highest, sd) of each test score."""
+    runs = seed_runs(record, folders)
+    lctok = any(run.test_lctok is not None for run in runs)
+    header = ["run", "seed", "machine", "updates", "minutes", "test BLEU"] + (["test lc-tok BLEU"] if lctok else [])
+    rows = [[f"`{run.name}`", _or_dash(run.seed), run.machine, _or_dash(run.updates, "{:,}"),
+             _or_dash(run.minutes, "{:.1f}"), _or_dash(run.test, "{:.2f}")]
+            + ([_or_dash(run.test_lctok, "{:.2f}")] if lctok else []) for run in runs]
+    means = [(name, str(value)) for name, value in (("BLEU", spread(run.test for run in runs)),
+                                                    ("lowercased tokenized BLEU",
+                                                     spread(run.test_lctok for run in runs) if lctok else None))
+             if value is not None]
+    return {"count": len(runs), "header": header, "rows": rows, "means": means}
 
 
 def _shape(m, parameters) -> list[str]:
@@ -448,6 +468,10 @@ def _py(text: str) -> str:
 
 def _maybe(value, fmt: str = "{}") -> str:
     return "" if value is None else fmt.format(value)
+
+
+def _or_dash(value, fmt: str = "{}") -> str:
+    return "–" if value is None else fmt.format(value)
 
 
 def _count(n: int) -> str:

@@ -1,0 +1,134 @@
+"""A recipe's result over several seeds: each run's figures, and the mean and spread of its scores.
+
+One run is not a recipe's result: the same config with another seed lands about a BLEU higher or lower on Multi30k.
+The model card of a run lists its sibling runs (`vaswani-mt push RUN REPO --seed-runs RUN2 RUN3`) and
+`scripts/seed_summary.py` tabulates any runs; both read them here, from their run folders (`RunRecord`). Siblings are
+runs of one recipe: their resolved configs are equal but for `training.seed` and `output_dir`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from ..run_record import RunFolder, RunRecord
+
+# what may differ between the seeds of one recipe: the seed, and where each run was written
+SEED_KEYS = (("training", "seed"), ("output_dir",))
+
+
+class SeedRunError(ValueError):
+    """A run folder that cannot stand beside the others as a seed of their recipe; the message names it."""
+
+
+@dataclass
+class RunFigures:
+    """One run as a seed of its recipe."""
+
+    name: str
+    seed: int | None
+    machine: str  # the CPU or GPU, and the precision it trained in
+    updates: int | None
+    minutes: float | None  # the time budget's whole run, else training's wall time
+    valid: float | None  # the final model's valid BLEU (the average or the best checkpoint, as the run chose)
+    test: float | None  # cased sacreBLEU
+    test_lctok: float | None  # lowercased Moses-tokenized BLEU, where the run's text was preprocessed so
+
+
+def run_figures(record: RunRecord) -> RunFigures:
+    training, selection, test = record.training, record.selection, record.test
+    hardware = training.hardware if training else None
+    machine = (hardware.gpu if hardware and hardware.cuda else hardware.cpu if hardware else None) or "?"
+    precision = ((training.precision if training else None) or "").split(" (")[0]
+    plan = training.time_budget if training else None
+    minutes = plan.run_minutes if plan and plan.run_minutes else (
+        training.wall_seconds_this_process / 60 if training and training.wall_seconds_this_process else None)
+    valid = None
+    if selection is not None:
+        valid = (selection.valid_bleu_averaged if selection.chosen == "averaged"
+                 else selection.valid_bleu_best_checkpoint)
+    return RunFigures(
+        name=record.name, seed=(record.config.get("training") or {}).get("seed"),
+        machine=f"{machine}, {precision}" if precision else machine, updates=training.steps if training else None,
+        minutes=minutes, valid=valid, test=test.bleu if test else None,
+        test_lctok=test.bleu_lowercased_moses_tokenized if test and test.preprocess else None)
+
+
+def read_run(folder) -> RunRecord:
+    """A finished run's record, or `SeedRunError` naming the folder."""
+    if not RunFolder(folder).record.is_file():
+        raise SeedRunError(f"{folder}: no metrics.json (not a finished run of `vaswani-mt train`)")
+    return RunRecord.read(folder)
+
+
+def recipe_difference(first: RunRecord, other: RunRecord) -> str | None:
+    """The first config key (dotted) on which `other` is not a seed of `first`'s recipe; None when it is one."""
+    return _difference(_without_seed(first.config), _without_seed(other.config), "")
+
+
+def seed_runs(record: RunRecord, folders) -> list[RunFigures]:
+    """`record`'s run and the runs in `folders`, each checked to be a seed of its recipe, as figures in that order.
+    Raises `SeedRunError` naming a folder that is no finished run, a run of another recipe (and the first key that
+    differs) or the same run twice."""
+    runs, seen = [run_figures(record)], {_identity(record)}
+    for folder in folders:
+        other = read_run(folder)
+        key = recipe_difference(record, other)
+        if key is not None:
+            raise SeedRunError(f"{folder}: not a seed of this run's recipe: its config differs at {key} (seeds of one "
+                               f"recipe differ only in training.seed and output_dir)")
+        if _identity(other) in seen:
+            raise SeedRunError(f"{folder}: the same run as another one given (seed, machine and scores all equal)")
+        seen.add(_identity(other))
+        runs.append(run_figures(other))
+    return runs
+
+
+@dataclass
+class Spread:
+    """The mean of a score over runs, its lowest and highest value and sample standard deviation."""
+
+    mean: float
+    low: float
+    high: float
+    sd: float | None  # None with one run
+    runs: int
+
+    def __str__(self) -> str:
+        if self.runs == 1:
+            return f"{self.mean:.2f} (one run)"
+        return f"{self.mean:.2f} ({self.low:.2f}–{self.high:.2f}, sd {self.sd:.2f}, {self.runs} runs)"
+
+
+def spread(values) -> Spread | None:
+    """The `Spread` of the values a run has (None where no run has one)."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return Spread(mean=statistics.mean(present), low=min(present), high=max(present),
+                  sd=statistics.stdev(present) if len(present) > 1 else None, runs=len(present))
+
+
+def _without_seed(config: dict) -> dict:
+    config = {key: dict(value) if isinstance(value, dict) else value for key, value in config.items()}
+    for path in SEED_KEYS:
+        holder = config
+        for key in path[:-1]:
+            holder = holder.get(key) if isinstance(holder.get(key), dict) else {}
+        holder.pop(path[-1], None)
+    return config
+
+
+def _difference(a, b, where: str) -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            found = _difference(a.get(key), b.get(key), f"{where}.{key}" if where else str(key))
+            if found is not None:
+                return found
+        return None
+    return None if a == b else where
+
+
+def _identity(record: RunRecord) -> tuple:
+    figures = run_figures(record)
+    return figures.seed, figures.machine, figures.updates, figures.minutes, figures.test, figures.valid
