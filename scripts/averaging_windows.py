@@ -1,0 +1,122 @@
+"""Which averaging window scores best on valid: a finished run's last weight snapshots averaged over several
+windows (§6.1), each translated and scored the same way, beside the run's own final model.
+
+    python scripts/averaging_windows.py runs/multi30k-en-de --last 1 2 3 5 10
+
+A run with `training.average_every` keeps its last `training.average_last` snapshots (`snapshots/step-<update>`);
+its final model is the average of those of the cool-down's fall or the best checkpoint, whichever scored higher on
+valid (recipe/selection.py). This reads the valid split from the run's data folder (`{split}.{lang}` files), decodes
+with the final model's generation config (beam, length penalty) and tokenizer, scores each candidate with sacreBLEU
+(on lowercased Moses-tokenized references where the model writes such text, as the run scores valid) and prints one
+row per window: the snapshots averaged, their first and last update, valid BLEU. Window 1 is the last snapshot alone.
+It reads test never: a window is chosen on valid (docs/recipe.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from benchmark_common import cpu_flags, cpu_model
+from transformers import AutoTokenizer, GenerationConfig
+
+from vaswani_mt.inference.engines import target_preprocessing
+from vaswani_mt.inference.translate import translate_lines
+from vaswani_mt.metrics import corpus_scores
+from vaswani_mt.model.modeling_vaswani import VaswaniForConditionalGeneration
+from vaswani_mt.recipe.averaging import average_checkpoints
+from vaswani_mt.recipe.snapshots import snapshot_folders
+from vaswani_mt.run_record import RunFolder
+
+
+class WindowError(Exception):
+    """A run folder or option this script cannot use; the message names it."""
+
+
+def valid_pairs(run: RunFolder, split: str | None) -> tuple[list[str], list[str], str]:
+    config = yaml.safe_load(run.config.read_text(encoding="utf-8")) if run.config.is_file() else None
+    if not isinstance(config, dict) or not isinstance(config.get("data"), dict):
+        raise WindowError(f"{run.config}: no run config with a data section (not a run of `vaswani-mt train`)")
+    data = config["data"]
+    split = split or data.get("valid_split")
+    files = [Path(data.get("path") or "") / f"{split}.{data.get(lang)}" for lang in ("source_lang", "target_lang")]
+    for path in files:
+        if not path.is_file():
+            raise WindowError(f"{path}: no such file (the run's data.path, read from the current folder, with its "
+                              f"{split} split)")
+    sources, references = (path.read_text(encoding="utf-8").splitlines() for path in files)
+    if len(sources) != len(references):
+        raise WindowError(f"{files[0]} has {len(sources)} lines but {files[1]} has {len(references)}")
+    return sources, references, split
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", type=Path, help="a finished run folder of `vaswani-mt train` with snapshots/")
+    parser.add_argument("--last", type=int, nargs="+", default=[1, 2, 3, 5, 10], metavar="N",
+                        help="windows: average the last N snapshots (default: 1 2 3 5 10)")
+    parser.add_argument("--split", help="the split to score (default: the run's valid split)")
+    args = parser.parse_args(argv)
+    try:
+        rows = windows(args.run, args.last, args.split)
+    except WindowError as error:
+        print(f"averaging_windows.py: {error}", file=sys.stderr)
+        return 1
+    flags = sorted(flag for flag in cpu_flags() if flag.startswith(("avx2", "avx512f", "avx512_bf16", "amx")))
+    print(f"CPU: {cpu_model()} ({', '.join(flags) or 'no avx2, avx512 or amx'}); run {args.run}")
+    print("| candidate | snapshots | updates | valid BLEU |")
+    print("|---|---|---|---|")
+    for name, count, span, bleu in rows:
+        print(f"| {name} | {count} | {span} | {bleu:.2f} |")
+    return 0
+
+
+def windows(run_dir: Path, lasts: list[int], split: str | None) -> list[tuple[str, str, str, float]]:
+    run = RunFolder(run_dir)
+    if any(n < 1 for n in lasts):
+        raise WindowError("--last takes window sizes of at least 1")
+    snapshots = sorted(snapshot_folders(run.snapshots), key=lambda path: int(path.name.rsplit("-", 1)[1]))
+    if not snapshots:
+        raise WindowError(f"{run.snapshots}: no weight snapshots (a run with training.average_every keeps them)")
+    if max(lasts) > len(snapshots):
+        raise WindowError(f"--last {max(lasts)}: {run.snapshots} holds {len(snapshots)} snapshots")
+    if not run.model.is_dir():
+        raise WindowError(f"{run.model}: no final model (the run has not finished)")
+    sources, references, split = valid_pairs(run, split)
+    preprocess = target_preprocessing(str(run.model))
+    if preprocess is not None:
+        references = [preprocess(line) for line in references]
+    tokenizer = AutoTokenizer.from_pretrained(run.model)
+    generation = GenerationConfig.from_pretrained(run.model)
+
+    def score(model) -> float:
+        model.generation_config = generation
+        started = time.perf_counter()
+        hypotheses = list(translate_lines(model.eval(), tokenizer, sources))
+        bleu = corpus_scores(hypotheses, references)["bleu"]
+        print(f"  {split}: {bleu:.2f} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        return bleu
+
+    rows = []
+    final = VaswaniForConditionalGeneration.from_pretrained(run.model)
+    print(f"the run's final model ({run.model}):", file=sys.stderr)
+    rows.append(("the run's final model", "–", "–", score(final)))
+    for count in lasts:
+        chosen = snapshots[-count:]
+        print(f"the average of the last {count} snapshots ({', '.join(p.name for p in chosen)}):", file=sys.stderr)
+        with tempfile.TemporaryDirectory() as folder:
+            average_checkpoints(chosen, output_dir=folder)
+            model = VaswaniForConditionalGeneration.from_pretrained(folder)
+        steps = [p.name.rsplit("-", 1)[1] for p in chosen]
+        span = f"{int(steps[0]):,}" if count == 1 else f"{int(steps[0]):,}–{int(steps[-1]):,}"
+        rows.append((f"last {count}", str(count), span, score(model)))
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""scripts/averaging_windows.py: a finished run's last weight snapshots averaged over several windows, each scored on
+valid as the run's final model is."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vaswani_mt.inference.translate import translate_lines
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+SOURCES = ["a dog runs in the park .", "the cat sleeps on a red sofa .", "children play in the snow ."]
+
+
+def _script():
+    sys.path.insert(0, str(SCRIPTS))  # the script imports benchmark_common beside it
+    spec = importlib.util.spec_from_file_location("averaging_windows", SCRIPTS / "averaging_windows.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def run(tmp_path, tokenizer, model, make_tiny_model):
+    """A finished run: snapshots step-10, -20, -30 (three different models), its final model the last of them, and
+    valid references that are exactly what the last snapshot writes, so it alone scores 100."""
+    folder = tmp_path / "run"
+    snapshots = [make_tiny_model(seed=seed, vocab_size=len(tokenizer)) for seed in (1, 2, 3)]
+    for step, snapshot in zip((10, 20, 30), snapshots):
+        snapshot.save_pretrained(folder / "snapshots" / f"step-{step}")
+    final = snapshots[-1]
+    final.generation_config = model.generation_config  # beam 4, length penalty 0.6: the run's decoding
+    final.save_pretrained(folder / "model")
+    tokenizer.save_pretrained(folder / "model")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "valid.en").write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
+    references = list(translate_lines(final, tokenizer, SOURCES))
+    assert all(references)  # the tiny model writes something for each line
+    (data / "valid.de").write_text("\n".join(references) + "\n", encoding="utf-8")
+    config = {"data": {"path": str(data), "source_lang": "en", "target_lang": "de", "valid_split": "valid"}}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    return folder
+
+
+def test_a_window_of_one_is_the_last_snapshot_and_wider_windows_average_the_newest_snapshots(run, capsys):
+    assert _script().main([str(run), "--last", "1", "2", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("CPU: ") and lines[1] == "| candidate | snapshots | updates | valid BLEU |"
+    rows = {line.split(" | ")[0].strip("| "): line for line in lines[3:]}
+    assert rows["the run's final model"] == "| the run's final model | – | – | 100.00 |"
+    assert rows["last 1"] == "| last 1 | 1 | 30 | 100.00 |"  # the final model's weights: its very output
+    assert rows["last 2"].startswith("| last 2 | 2 | 20–30 | ") and rows["last 3"].startswith("| last 3 | 3 | 10–30 | ")
+    assert not rows["last 3"].endswith("| 100.00 |")  # an average of other weights writes other translations
+
+
+def test_a_window_wider_than_the_snapshots_or_a_missing_valid_file_is_one_line_naming_it(run, capsys):
+    assert _script().main([str(run), "--last", "4"]) == 1
+    assert capsys.readouterr().err == f"averaging_windows.py: --last 4: {run / 'snapshots'} holds 3 snapshots\n"
+    (Path(yaml.safe_load((run / "config.yaml").read_text())["data"]["path"]) / "valid.de").unlink()
+    assert _script().main([str(run), "--last", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("averaging_windows.py: ") and "valid.de: no such file" in err and err.count("\n") == 1
+
