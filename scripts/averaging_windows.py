@@ -5,11 +5,12 @@ windows (§6.1), each translated and scored the same way, beside the run's own f
 
 A run with `training.average_every` keeps its last `training.average_last` snapshots (`snapshots/step-<update>`);
 its final model is the average of those of the cool-down's fall or the best checkpoint, whichever scored higher on
-valid (recipe/selection.py). This reads the valid split from the run's data folder (`{split}.{lang}` files), decodes
-with the final model's generation config (beam, length penalty) and tokenizer, scores each candidate with sacreBLEU
-(on lowercased Moses-tokenized references where the model writes such text, as the run scores valid) and prints one
-row per window: the snapshots averaged, their first and last update, valid BLEU. Window 1 is the last snapshot alone.
-It reads test never: a window is chosen on valid (docs/recipe.md).
+valid (recipe/selection.py). This reads the run's valid split from its data folder (`{split}.{lang}` files; its
+first `data.valid_subset` pairs where the run scored only those), decodes with the final model's generation config
+(beam, length penalty) and tokenizer, scores each candidate with sacreBLEU (on lowercased Moses-tokenized references
+where the model writes such text, as the run scores valid) and prints one row per window: the snapshots averaged
+(consecutive ones, as the run averages them), their first and last update, valid BLEU. Window 1 is the last snapshot
+alone. A window is chosen on valid, never on test (docs/recipe.md); `--split` scores another split of the folder.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ import yaml
 from benchmark_common import cpu_flags, cpu_model
 from transformers import AutoTokenizer, GenerationConfig
 
+from vaswani_mt.files import first_line
 from vaswani_mt.inference.engines import target_preprocessing
 from vaswani_mt.inference.translate import translate_lines
 from vaswani_mt.metrics import corpus_scores
 from vaswani_mt.model.modeling_vaswani import VaswaniForConditionalGeneration
 from vaswani_mt.recipe.averaging import average_checkpoints
-from vaswani_mt.recipe.snapshots import snapshot_folders
+from vaswani_mt.recipe.snapshots import last_snapshots
 from vaswani_mt.run_record import RunFolder
 
 
@@ -37,21 +39,31 @@ class WindowError(Exception):
     """A run folder or option this script cannot use; the message names it."""
 
 
-def valid_pairs(run: RunFolder, split: str | None) -> tuple[list[str], list[str], str]:
-    config = yaml.safe_load(run.config.read_text(encoding="utf-8")) if run.config.is_file() else None
+def run_config(run: RunFolder) -> dict:
+    try:
+        config = yaml.safe_load(run.config.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise WindowError(f"{run.config}: cannot read the run's config ({first_line(error)})") from None
     if not isinstance(config, dict) or not isinstance(config.get("data"), dict):
         raise WindowError(f"{run.config}: no run config with a data section (not a run of `vaswani-mt train`)")
-    data = config["data"]
+    return config
+
+
+def valid_pairs(data: dict, split: str | None) -> tuple[list[str], list[str], str]:
+    subset = None if split else data.get("valid_subset")
     split = split or data.get("valid_split")
     files = [Path(data.get("path") or "") / f"{split}.{data.get(lang)}" for lang in ("source_lang", "target_lang")]
     for path in files:
         if not path.is_file():
-            raise WindowError(f"{path}: no such file (the run's data.path, read from the current folder, with its "
-                              f"{split} split)")
-    sources, references = (path.read_text(encoding="utf-8").splitlines() for path in files)
+            raise WindowError(f"{path}: no such file (data.path must be a folder of {{split}}.{{lang}} text files, "
+                              f"read from the current folder)")
+    try:
+        sources, references = (path.read_text(encoding="utf-8").splitlines() for path in files)
+    except (OSError, UnicodeDecodeError) as error:
+        raise WindowError(f"cannot read the {split} split: {first_line(error)}") from None
     if len(sources) != len(references):
         raise WindowError(f"{files[0]} has {len(sources)} lines but {files[1]} has {len(references)}")
-    return sources, references, split
+    return sources[:subset], references[:subset], split
 
 
 def main(argv=None) -> int:
@@ -80,14 +92,16 @@ def windows(run_dir: Path, lasts: list[int], split: str | None) -> list[tuple[st
     run = RunFolder(run_dir)
     if any(n < 1 for n in lasts):
         raise WindowError("--last takes window sizes of at least 1")
-    snapshots = sorted(snapshot_folders(run.snapshots), key=lambda path: int(path.name.rsplit("-", 1)[1]))
-    if not snapshots:
-        raise WindowError(f"{run.snapshots}: no weight snapshots (a run with training.average_every keeps them)")
-    if max(lasts) > len(snapshots):
-        raise WindowError(f"--last {max(lasts)}: {run.snapshots} holds {len(snapshots)} snapshots")
     if not run.model.is_dir():
         raise WindowError(f"{run.model}: no final model (the run has not finished)")
-    sources, references, split = valid_pairs(run, split)
+    config = run_config(run)
+    every = (config.get("training") or {}).get("average_every")
+    if not isinstance(every, int) or every < 1:
+        raise WindowError(f"{run.config}: no training.average_every, so the run kept no weight snapshots")
+    snapshots = last_snapshots(run.snapshots, every, max(lasts))
+    if len(snapshots) < max(lasts):
+        raise WindowError(f"--last {max(lasts)}: {run.snapshots} holds {len(snapshots)} consecutive snapshots")
+    sources, references, split = valid_pairs(config["data"], split)
     preprocess = target_preprocessing(str(run.model))
     if preprocess is not None:
         references = [preprocess(line) for line in references]
@@ -110,7 +124,10 @@ def windows(run_dir: Path, lasts: list[int], split: str | None) -> list[tuple[st
         chosen = snapshots[-count:]
         print(f"the average of the last {count} snapshots ({', '.join(p.name for p in chosen)}):", file=sys.stderr)
         with tempfile.TemporaryDirectory() as folder:
-            average_checkpoints(chosen, output_dir=folder)
+            try:
+                average_checkpoints(chosen, output_dir=folder)
+            except (OSError, ValueError) as error:
+                raise WindowError(f"cannot average {', '.join(p.name for p in chosen)}: {first_line(error)}") from None
             model = VaswaniForConditionalGeneration.from_pretrained(folder)
         steps = [p.name.rsplit("-", 1)[1] for p in chosen]
         span = f"{int(steps[0]):,}" if count == 1 else f"{int(steps[0]):,}–{int(steps[-1]):,}"

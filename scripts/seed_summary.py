@@ -7,8 +7,8 @@ docs/results.md and the README's results table give a recipe's result. With --ag
 Per run (read from its metrics.json and config.yaml by vaswani_mt.publishing.seeds, as a model card reads its
 seeds): its seed, CPU or GPU and precision, updates, minutes (the time budget's whole run, else training's wall
 time), the final model's valid BLEU (the one `vaswani-mt train` chose: the average or the best checkpoint), and its
-test BLEU: cased sacreBLEU, and the lowercased Moses-tokenized BLEU of the literature's protocol where the run was
-preprocessed so. Then, per score, the mean, the spread (lowest to highest)
+test BLEU where the run read test: cased sacreBLEU, or for a run on lowercased Moses-tokenized text (the literature's
+protocol) the lowercased Moses-tokenized BLEU. Then, per score, the mean, the spread (lowest to highest)
 and the sample standard deviation. An A/B compares the two sides' mean valid BLEU only: recipes are chosen on valid,
 test is read once per final config (docs/recipe.md).
 """
@@ -25,7 +25,7 @@ from vaswani_mt.publishing.seeds import spread as score_spread
 
 
 def figures(folder: Path) -> RunFigures:
-    return run_figures(read_run(folder))
+    return run_figures(read_run(folder, scored=False))  # a candidate of an A/B may not have read test
 
 
 def _number(value: float | None, digits: int = 2) -> str:
@@ -44,7 +44,9 @@ def table(runs: list[RunFigures]) -> list[str]:
         lines.append(f"| {run.name} | {run.seed if run.seed is not None else '?'} | {run.machine} | "
                      f"{_number(run.updates, 0)} | {_number(run.minutes, 1)} | {_number(run.valid)} | "
                      f"{_number(run.test)} | {_number(run.test_lctok)} |")
-    lines += ["", f"valid BLEU:  {spread([r.valid for r in runs])}", f"test BLEU:   {spread([r.test for r in runs])}"]
+    lines += ["", f"valid BLEU:  {spread([r.valid for r in runs])}"]
+    if any(r.test is not None for r in runs):
+        lines.append(f"test BLEU:   {spread([r.test for r in runs])}")
     if any(r.test_lctok is not None for r in runs):
         lines.append(f"test lc-tok: {spread([r.test_lctok for r in runs])}")
     return lines

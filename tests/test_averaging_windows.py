@@ -40,7 +40,8 @@ def run(tmp_path, tokenizer, model, make_tiny_model):
     references = list(translate_lines(final, tokenizer, SOURCES))
     assert all(references)  # the tiny model writes something for each line
     (data / "valid.de").write_text("\n".join(references) + "\n", encoding="utf-8")
-    config = {"data": {"path": str(data), "source_lang": "en", "target_lang": "de", "valid_split": "valid"}}
+    config = {"data": {"path": str(data), "source_lang": "en", "target_lang": "de", "valid_split": "valid"},
+              "training": {"average_every": 10}}
     (folder / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     return folder
 
@@ -58,7 +59,8 @@ def test_a_window_of_one_is_the_last_snapshot_and_wider_windows_average_the_newe
 
 def test_a_window_wider_than_the_snapshots_or_a_missing_valid_file_is_one_line_naming_it(run, capsys):
     assert _script().main([str(run), "--last", "4"]) == 1
-    assert capsys.readouterr().err == f"averaging_windows.py: --last 4: {run / 'snapshots'} holds 3 snapshots\n"
+    assert capsys.readouterr().err == (f"averaging_windows.py: --last 4: {run / 'snapshots'} holds 3 consecutive "
+                                       f"snapshots\n")
     (Path(yaml.safe_load((run / "config.yaml").read_text())["data"]["path"]) / "valid.de").unlink()
     assert _script().main([str(run), "--last", "2"]) == 1
     err = capsys.readouterr().err

@@ -797,13 +797,36 @@ def test_push_refuses_a_seed_run_of_another_recipe_or_an_unfinished_one_in_one_l
     assert main(["push", str(run_dir), REPO, "--dry-run", "--seed-runs", str(other)]) == 2
     assert capsys.readouterr().err == (
         f"vaswani-mt push: error: --seed-runs {other}: not a seed of this run's recipe: its config differs at "
-        f"training.warmup_steps (seeds of one recipe differ only in training.seed and output_dir)\n")
+        f"training.warmup_steps (seeds of one recipe differ only in training.seed, output_dir, data.path, "
+        f"data.cache_dir, data.workers, training.num_threads)\n")
     (tmp_path / "unfinished").mkdir()
     assert main(["push", str(run_dir), REPO, "--seed-runs", str(tmp_path / "unfinished")]) == 2
     assert capsys.readouterr().err == (f"vaswani-mt push: error: --seed-runs {tmp_path / 'unfinished'}: no "
                                        f"metrics.json (not a finished run of `vaswani-mt train`)\n")
     assert main(["push", str(run_dir), REPO, "--dry-run", "--seed-runs", str(run_dir)]) == 2
-    assert "the same run as another one given" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"vaswani-mt push: error: --seed-runs {run_dir}: given twice (as {run_dir} too)\n"
+    again = seed_sibling(run_dir, tmp_path / "again", 1, 36.0)  # another folder, the same seed
+    assert main(["push", str(run_dir), REPO, "--dry-run", "--seed-runs", str(again)]) == 2
+    assert capsys.readouterr().err == (f"vaswani-mt push: error: --seed-runs {again}: training.seed 1 again (the seed "
+                                       f"of {run_dir}): give runs with different seeds\n")
+    unreadable = seed_sibling(run_dir, tmp_path / "unreadable", 3, 36.0)
+    (unreadable / "config.yaml").write_text("[not, a, mapping]\n")
+    assert main(["push", str(run_dir), REPO, "--dry-run", "--seed-runs", str(unreadable)]) == 2
+    assert capsys.readouterr().err == (f"vaswani-mt push: error: --seed-runs {unreadable / 'config.yaml'}: missing or "
+                                       f"not a YAML mapping (the run's resolved config)\n")
+
+
+def test_the_seeds_of_a_run_on_lowercased_tokenized_text_are_scored_by_its_lc_tok_bleu(run_dir, tmp_path):
+    from vaswani_mt.publishing.model_card import render_model_card
+
+    def lctok(metrics):
+        metrics["test"]["preprocess"] = "lowercase_moses"
+
+    run = with_metrics(run_dir, tmp_path / "lctok", lctok)
+    sibling = seed_sibling(run, tmp_path / "lctok2", 2, 35.0)  # its lc-tok BLEU stays 36.87311, as this run's
+    text = render_model_card(run, REPO, seed_runs=[sibling])
+    assert "| run | seed | machine | updates | minutes | test lowercased tokenized BLEU |" in text
+    assert "Test lowercased tokenized BLEU over the runs: 36.87 (36.87–36.87, sd 0.00, 2 runs)." in text
 
 
 def test_a_card_names_the_cooldown_beside_the_noam_schedule_only_when_the_run_had_one():

@@ -1,2 +1,3 @@
-"""Showing a run to others: the model card (`model_card` + its Jinja template), the Hub push (`hub`), plots (`plots`).
-Reads the run record; writes nothing a run depends on."""
+"""Showing a run to others: the model card (`model_card` + its Jinja template), a recipe's seeds beside it (`seeds`),
+the Hub push (`hub`), and the code saved beside models brought up to date (`model_code`). Reads the run record; writes
+nothing a run depends on."""

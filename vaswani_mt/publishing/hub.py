@@ -28,9 +28,9 @@ from pathlib import Path
 
 from ..files import TOKENIZER_FILES, first_line
 from ..model.pipeline_vaswani import pipeline_code_changes
-from ..run_record import RunFolder, RunRecord
+from ..run_record import RunFolder
 from .model_card import render_model_card
-from .seeds import SeedRunError, seed_runs
+from .seeds import SeedRunError, recipe_runs
 
 MODEL_DIR = RunFolder(".").model.name
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -52,10 +52,10 @@ class PushError(Exception):
 
 def check_seed_runs(run_dir, folders) -> None:
     """`PushError` (exit code 2) when one of `folders` is not a finished run of `run_dir`'s recipe with another seed
-    (`publishing.seeds.seed_runs`)."""
+    (`publishing.seeds.recipe_runs`)."""
     if folders:
         try:
-            seed_runs(RunRecord.read(run_dir), folders)
+            recipe_runs(run_dir, folders)
         except SeedRunError as error:
             raise PushError(f"--seed-runs {error}", 2) from None
 

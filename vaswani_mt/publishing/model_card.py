@@ -28,7 +28,7 @@ from pathlib import Path
 from ..data.reading import is_hub_dataset_id
 from ..recipe.progress import duration
 from ..run_record import RunRecord
-from .seeds import seed_runs, spread
+from .seeds import recipe_runs, spread
 
 TEMPLATE_NAME = "model_card_template.md"
 TEMPLATE_PATH = Path(__file__).with_name(TEMPLATE_NAME)
@@ -85,7 +85,7 @@ def render_model_card(run_dir, repo_id: str | None = None, *, license: str | Non
     record = RunRecord.read(run_dir)
     return render_card(record, repo_id=repo_id, license=license, license_name=license_name,
                        license_link=license_link, dataset=dataset,
-                       seeds=seed_runs_of(record, seed_runs) if seed_runs else None)
+                       seeds=seed_runs_of(run_dir, seed_runs) if seed_runs else None)
 
 
 def trainer_model_card(record: RunRecord, repo_id: str | None = None, language=None, license=None,  # noqa: A002
@@ -234,20 +234,19 @@ def _results(test, data_name) -> dict | None:
             "preprocess": test.get("preprocess")}
 
 
-def seed_runs_of(record: RunRecord, folders) -> dict:
-    """This run and its sibling seeds (`publishing.seeds.seed_runs`) as the card's Seeds section shows them: a row
-    per run, and the mean (lowest–highest, sd) of each test score."""
-    runs = seed_runs(record, folders)
+def seed_runs_of(run_dir, folders) -> dict:
+    """The run in `run_dir` and its sibling seeds (`publishing.seeds.recipe_runs`) as the card's Seeds section shows
+    them: a row per run, and the mean (lowest–highest, sd) of its test score: cased BLEU, or the lowercased
+    Moses-tokenized BLEU of a run on such text."""
+    runs = recipe_runs(run_dir, folders)
     lctok = any(run.test_lctok is not None for run in runs)
-    header = ["run", "seed", "machine", "updates", "minutes", "test BLEU"] + (["test lc-tok BLEU"] if lctok else [])
+    name, score = (("lowercased tokenized BLEU", lambda run: run.test_lctok) if lctok
+                   else ("BLEU", lambda run: run.test))
+    header = ["run", "seed", "machine", "updates", "minutes", f"test {name}"]
     rows = [[f"`{run.name}`", _or_dash(run.seed), run.machine, _or_dash(run.updates, "{:,}"),
-             _or_dash(run.minutes, "{:.1f}"), _or_dash(run.test, "{:.2f}")]
-            + ([_or_dash(run.test_lctok, "{:.2f}")] if lctok else []) for run in runs]
-    means = [(name, str(value)) for name, value in (("BLEU", spread(run.test for run in runs)),
-                                                    ("lowercased tokenized BLEU",
-                                                     spread(run.test_lctok for run in runs) if lctok else None))
-             if value is not None]
-    return {"count": len(runs), "header": header, "rows": rows, "means": means}
+             _or_dash(run.minutes, "{:.1f}"), _or_dash(score(run), "{:.2f}")] for run in runs]
+    return {"count": len(runs), "header": header, "rows": rows,
+            "means": [(name, str(spread(score(run) for run in runs)))]}
 
 
 def _shape(m, parameters) -> list[str]:

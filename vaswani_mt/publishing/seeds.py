@@ -3,18 +3,24 @@
 One run is not a recipe's result: the same config with another seed lands about a BLEU higher or lower on Multi30k.
 The model card of a run lists its sibling runs (`vaswani-mt push RUN REPO --seed-runs RUN2 RUN3`) and
 `scripts/seed_summary.py` tabulates any runs; both read them here, from their run folders (`RunRecord`). Siblings are
-runs of one recipe: their resolved configs are equal but for `training.seed` and `output_dir`.
+runs of one recipe: their resolved configs are equal but for `training.seed` and the settings that say only where
+and how a run executed (`SEED_KEYS`).
 """
 
 from __future__ import annotations
 
+import copy
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..run_record import RunFolder, RunRecord
 
-# what may differ between the seeds of one recipe: the seed, and where each run was written
-SEED_KEYS = (("training", "seed"), ("output_dir",))
+# what may differ between the seeds of one recipe: the seed, where the run and its data were written or read, and
+# how many threads and worker processes it used (none of which changes what it learns)
+SEED_KEYS = (("training", "seed"), ("output_dir",), ("data", "path"), ("data", "cache_dir"), ("data", "workers"),
+             ("training", "num_threads"))
+SEED_KEY_NAMES = ", ".join(".".join(path) for path in SEED_KEYS)
 
 
 class SeedRunError(ValueError):
@@ -31,7 +37,7 @@ class RunFigures:
     updates: int | None
     minutes: float | None  # the time budget's whole run, else training's wall time
     valid: float | None  # the final model's valid BLEU (the average or the best checkpoint, as the run chose)
-    test: float | None  # cased sacreBLEU
+    test: float | None  # cased sacreBLEU on detokenized output (None for a run on preprocessed text)
     test_lctok: float | None  # lowercased Moses-tokenized BLEU, where the run's text was preprocessed so
 
 
@@ -50,15 +56,22 @@ def run_figures(record: RunRecord) -> RunFigures:
     return RunFigures(
         name=record.name, seed=(record.config.get("training") or {}).get("seed"),
         machine=f"{machine}, {precision}" if precision else machine, updates=training.steps if training else None,
-        minutes=minutes, valid=valid, test=test.bleu if test else None,
+        minutes=minutes, valid=valid, test=test.bleu if test and not test.preprocess else None,
         test_lctok=test.bleu_lowercased_moses_tokenized if test and test.preprocess else None)
 
 
-def read_run(folder) -> RunRecord:
-    """A finished run's record, or `SeedRunError` naming the folder."""
-    if not RunFolder(folder).record.is_file():
+def read_run(folder, scored: bool = True) -> RunRecord:
+    """A finished run's record (with its resolved config, and with test scores where `scored`; a candidate of an A/B
+    on valid may have none), or `SeedRunError` naming the folder."""
+    run = RunFolder(folder)
+    if not run.record.is_file():
         raise SeedRunError(f"{folder}: no metrics.json (not a finished run of `vaswani-mt train`)")
-    return RunRecord.read(folder)
+    record = RunRecord.read(folder)
+    if scored and (record.test is None or record.test.bleu is None):
+        raise SeedRunError(f"{run.record}: no test scores (not a finished run of `vaswani-mt train`, or not JSON)")
+    if not record.config:
+        raise SeedRunError(f"{run.config}: missing or not a YAML mapping (the run's resolved config)")
+    return record
 
 
 def recipe_difference(first: RunRecord, other: RunRecord) -> str | None:
@@ -66,21 +79,27 @@ def recipe_difference(first: RunRecord, other: RunRecord) -> str | None:
     return _difference(_without_seed(first.config), _without_seed(other.config), "")
 
 
-def seed_runs(record: RunRecord, folders) -> list[RunFigures]:
-    """`record`'s run and the runs in `folders`, each checked to be a seed of its recipe, as figures in that order.
-    Raises `SeedRunError` naming a folder that is no finished run, a run of another recipe (and the first key that
-    differs) or the same run twice."""
-    runs, seen = [run_figures(record)], {_identity(record)}
+def recipe_runs(run_dir, folders) -> list[RunFigures]:
+    """The run in `run_dir` and the runs in `folders`, each checked to be a seed of its recipe, as figures in that
+    order. Raises `SeedRunError` naming a folder that is no finished run, a run of another recipe (and the first key
+    that differs), a folder given twice or a seed given twice."""
+    record = read_run(run_dir)
+    runs = [run_figures(record)]
+    places, seeds = {Path(run_dir).resolve(): run_dir}, {runs[0].seed: run_dir}
     for folder in folders:
+        if Path(folder).resolve() in places:
+            raise SeedRunError(f"{folder}: given twice (as {places[Path(folder).resolve()]} too)")
         other = read_run(folder)
         key = recipe_difference(record, other)
         if key is not None:
             raise SeedRunError(f"{folder}: not a seed of this run's recipe: its config differs at {key} (seeds of one "
-                               f"recipe differ only in training.seed and output_dir)")
-        if _identity(other) in seen:
-            raise SeedRunError(f"{folder}: the same run as another one given (seed, machine and scores all equal)")
-        seen.add(_identity(other))
-        runs.append(run_figures(other))
+                               f"recipe differ only in {SEED_KEY_NAMES})")
+        figures = run_figures(other)
+        if figures.seed in seeds:
+            raise SeedRunError(f"{folder}: training.seed {figures.seed} again (the seed of {seeds[figures.seed]}): "
+                               f"give runs with different seeds")
+        places[Path(folder).resolve()], seeds[figures.seed] = folder, folder
+        runs.append(figures)
     return runs
 
 
@@ -110,7 +129,7 @@ def spread(values) -> Spread | None:
 
 
 def _without_seed(config: dict) -> dict:
-    config = {key: dict(value) if isinstance(value, dict) else value for key, value in config.items()}
+    config = copy.deepcopy(config)
     for path in SEED_KEYS:
         holder = config
         for key in path[:-1]:
@@ -128,7 +147,3 @@ def _difference(a, b, where: str) -> str | None:
         return None
     return None if a == b else where
 
-
-def _identity(record: RunRecord) -> tuple:
-    figures = run_figures(record)
-    return figures.seed, figures.machine, figures.updates, figures.minutes, figures.test, figures.valid
