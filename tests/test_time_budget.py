@@ -302,6 +302,19 @@ def test_a_budget_shorter_than_the_warmup_trains_with_a_shorter_warmup(tmp_path,
     assert "the warm-up shortened from 4,000 to" in plan["plans"][0]["why"]
 
 
+def test_the_budget_counts_from_the_command_not_from_a_shell_that_waited_and_then_exec_ed_it(tmp_path):
+    # a job script or a container's entrypoint that prepares for a while, then `exec vaswani-mt train ...`: the
+    # process is the shell's, started 2 s before the command; the budget must not spend those 2 s
+    command = tmp_path / "vaswani-mt"  # named as the console script, so the package knows it runs the command
+    command.write_text("import time\nfirst_line = time.time()\nimport vaswani_mt.cli.train as train\n"
+                       "print(train.command_started() - first_line)\n")
+    result = subprocess.run(["bash", "-c", 'sleep 2; exec "$0" "$1"', sys.executable, str(command)],
+                            capture_output=True, text=True, timeout=120, cwd=REPO,
+                            env={**CPU_ENV, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 0 <= float(result.stdout) < 1  # from the package's import, right after the script's first line
+
+
 # -- real runs, on the real clock --------------------------------------------------------------------------------------
 
 def _record(run: Path) -> dict:

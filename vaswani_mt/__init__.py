@@ -18,6 +18,7 @@ what can only be set for a whole process (`vaswani_mt.cli`). The layers are in A
 
 import os
 import sys
+import time
 
 __version__ = "0.1.0"
 
@@ -82,6 +83,10 @@ def _running_the_command() -> bool:
 
 
 _RUNNING_THE_COMMAND = _running_the_command()
+
+# When the command started (`time.time()`), for its time budget: this import is the first of the package's code a
+# command's process runs. Not the process's start, which a shell that waits and then `exec`s the command would predate.
+_COMMAND_STARTED = time.time() if _RUNNING_THE_COMMAND else None
 
 
 def __getattr__(name: str):

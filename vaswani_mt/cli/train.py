@@ -18,9 +18,8 @@ import logging
 import os
 import sys
 import time
-from pathlib import Path
 
-from .. import _RUNNING_THE_COMMAND, package  # noqa: F401 - run as `-m vaswani_mt.cli.train`, plugged in too
+from .. import _COMMAND_STARTED, package  # noqa: F401 - run as `-m vaswani_mt.cli.train`, plugged in too
 from ..data.reading import DataError
 from ..files import describe_os_error, writing
 from ..recipe.config import ConfigError, load_run_config, parse_overrides, shipped_config_names
@@ -49,19 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def command_started() -> float:
-    """When the command started (`time.time()`): the process's start where this process is the `vaswani-mt` command,
-    so that a time budget counts the interpreter's start and imports too (Linux says when a process started); now
-    where it does not say, or when another program calls `main`."""
-    now = time.time()
-    if not _RUNNING_THE_COMMAND:
-        return now
-    try:
-        since_boot = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
-        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-    except (OSError, ValueError, IndexError, StopIteration):
-        return now
-    return min(now, boot + since_boot)
+    """When the command started (`time.time()`), where a time budget counts from: as this process began running
+    `vaswani-mt` (`vaswani_mt._COMMAND_STARTED`: Python's imports, torch's included, count); now where another program
+    calls `main`."""
+    return time.time() if _COMMAND_STARTED is None else _COMMAND_STARTED
 
 
 def main(argv: list[str] | None = None) -> int:
