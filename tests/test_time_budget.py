@@ -22,6 +22,8 @@ from vaswani_mt.recipe.budget import (AFTER_TRAINING_SECONDS, BudgetPlanner, Pac
                                       validations_between)
 from vaswani_mt.recipe.config import ConfigError, load_run_config
 from vaswani_mt.recipe.schedule import NoamLR, noam_lr
+from vaswani_mt.recipe.trainer import VaswaniTrainer
+from vaswani_mt.run_record import TimeBudgetPlan
 
 # logging every update: the rate of every update is in the log (and the run plans at every update)
 BUDGET_RUN = dict(max_steps=None, num_epochs=1000, cooldown_steps=0.2, warmup_steps=4, eval_steps=40,
@@ -204,6 +206,22 @@ def test_a_fall_shortened_by_a_slow_spell_lengthens_again_when_the_machine_recov
     assert shortened and run.updates > shortened[-1]
     assert (steady.updates - run.updates) * STEADY <= 100 * 2 * STEADY + 2 * STEADY  # about the spell's own seconds
     assert all(later <= earlier for earlier, later in zip(run.rates[spell.start:], run.rates[spell.start + 1:]))
+
+
+def test_the_run_record_gives_where_the_rate_first_fell_though_a_replan_inside_the_fall_re_laid_it():
+    steady = replay(lambda k: STEADY)
+    spell = range(round(0.85 * steady.updates), round(0.85 * steady.updates) + 100)
+    run = replay(lambda k: 3 * STEADY if k in spell else STEADY)  # the fall shortened, then lengthened again
+    began = run.updates - _fall_length(run) - 1  # the fall's origin: its first update still runs at the Noam rate
+    assert run.scheduler.cooldown_start > began  # the schedule's own fall, as last re-laid, starts later
+    trainer = SimpleNamespace(budget_planner=run.planner, lr_scheduler=run.scheduler, state=None)
+    assert VaswaniTrainer.time_budget_facts(trainer)["cooldown_from"] == began
+    record = TimeBudgetPlan(**VaswaniTrainer.time_budget_facts(trainer))
+    assert record.fall_start() == began  # what the card reads
+    assert TimeBudgetPlan(cooldown_from=4745, plans=record.plans).fall_start() == began  # a record kept before
+    resumed = SimpleNamespace(budget_planner=run.planner, lr_scheduler=None, state=TrainerState(max_steps=run.updates))
+    run.planner.restore = lambda state: None  # the planner as a checkpoint gives it back: here, as it is
+    assert VaswaniTrainer.time_budget_facts(resumed)["cooldown_from"] == began
 
 
 def test_the_pace_of_a_real_laptop_class_run_replays_within_its_budget():

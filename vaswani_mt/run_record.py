@@ -93,6 +93,16 @@ class TimeBudgetPlan:
     resumed: bool | None = None  # resumed from a checkpoint, keeping its plan
     run_minutes: float | None = None  # from the budget's start (the command's) to the run's record
 
+    def fall_start(self) -> int | None:
+        """Where the rate first fell, from the plans logged: a plan made once the fall had begun re-laid the rest of
+        it, which still began where it began (`NoamLR.fall_start`). Without plans, `cooldown_from` (records written
+        before it was the fall's first start kept the last re-laid one there)."""
+        start = None
+        for plan in self.plans:
+            if start is None or start >= plan["step"]:  # the fall not yet begun: this plan lays it
+                start = plan["cooldown_from"]
+        return start if self.plans else self.cooldown_from
+
 
 @dataclass
 class TrainingFigures:

@@ -333,9 +333,10 @@ def _cooldown(t, updates: int | None) -> str:
 
 def _planned_cooldown(plan, updates: int | None) -> str:
     """The cool-down a time budget laid out (and where the run stopped if that was before its end)."""
-    if plan.cooldown_from is None:
+    start = plan.fall_start()
+    if start is None:
         return ""
-    text = f"; then a linear fall to 0 over updates {plan.cooldown_from + 1:,}-{plan.updates:,} (not in the paper)"
+    text = f"; then a linear fall to 0 over updates {start + 1:,}-{plan.updates:,} (not in the paper)"
     return text + (f", but the run stopped at update {updates:,}" if updates is not None and updates < plan.updates
                    else "")
 

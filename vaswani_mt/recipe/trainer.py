@@ -46,7 +46,7 @@ from ..metrics import corpus_scores
 from ..model.modeling_vaswani import label_smoothed_cross_entropy
 from ..model.pipeline_vaswani import save_for_pipeline
 from ..precision import choose_precision, default_device
-from ..run_record import RunRecord
+from ..run_record import RunRecord, TimeBudgetPlan
 from .budget import BudgetPlanner
 from .config import TrainingConfig
 from .loss import (compiled_label_smoothed_cross_entropy, output_projection_in_the_loss,
@@ -250,12 +250,13 @@ class VaswaniTrainer(Seq2SeqTrainer):
         planner = self.budget_planner
         if planner is None:
             return None
-        if self.lr_scheduler is not None:
-            return planner.facts(self.lr_scheduler.total_steps, self.lr_scheduler.cooldown_start,
+        if self.lr_scheduler is not None:  # where the rate first fell, though a re-plan inside the fall re-laid it
+            return planner.facts(self.lr_scheduler.total_steps, self.lr_scheduler.fall_start(),
                                  self.lr_scheduler.warmup_steps)
         planner.restore(self.state)  # a run resumed after its training ended: the plan its checkpoint keeps
         last = (planner.plans or [{}])[-1]
-        return planner.facts(self.state.max_steps, last.get("cooldown_from"), last.get("warmup_steps"))
+        return planner.facts(self.state.max_steps, TimeBudgetPlan(plans=planner.plans).fall_start(),
+                             last.get("warmup_steps"))
 
     def _remember_signatures(self, signatures: dict[str, str]) -> None:
         if self.bleu_signatures is None:
