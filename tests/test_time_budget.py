@@ -215,13 +215,23 @@ def test_the_run_record_gives_where_the_rate_first_fell_though_a_replan_inside_t
     began = run.updates - _fall_length(run) - 1  # the fall's origin: its first update still runs at the Noam rate
     assert run.scheduler.cooldown_start > began  # the schedule's own fall, as last re-laid, starts later
     trainer = SimpleNamespace(budget_planner=run.planner, lr_scheduler=run.scheduler, state=None)
-    assert VaswaniTrainer.time_budget_facts(trainer)["cooldown_from"] == began
+    assert VaswaniTrainer.time_budget_facts(trainer)["fall_from"] == began
     record = TimeBudgetPlan(**VaswaniTrainer.time_budget_facts(trainer))
     assert record.fall_start() == began  # what the card reads
-    assert TimeBudgetPlan(cooldown_from=4745, plans=record.plans).fall_start() == began  # a record kept before
+    assert TimeBudgetPlan(cooldown_from=4745, plans=record.plans).fall_start() == began  # an older record
     resumed = SimpleNamespace(budget_planner=run.planner, lr_scheduler=None, state=TrainerState(max_steps=run.updates))
     run.planner.restore = lambda state: None  # the planner as a checkpoint gives it back: here, as it is
-    assert VaswaniTrainer.time_budget_facts(resumed)["cooldown_from"] == began
+    assert VaswaniTrainer.time_budget_facts(resumed)["fall_from"] == began
+
+
+def test_the_run_record_gives_where_the_rate_first_fell_though_no_logged_plan_laid_the_fall_there():
+    steady = replay(lambda k: STEADY)
+    run = replay(lambda k: STEADY if k < steady.updates // 2 else 0.97 * STEADY)  # re-plans too small to be logged
+    began = run.updates - _fall_length(run) - 1
+    trainer = SimpleNamespace(budget_planner=run.planner, lr_scheduler=run.scheduler, state=None)
+    record = TimeBudgetPlan(**VaswaniTrainer.time_budget_facts(trainer))
+    assert TimeBudgetPlan(plans=record.plans).fall_start() != began  # the logged plans alone lay it elsewhere
+    assert record.fall_from == record.fall_start() == began
 
 
 def test_the_pace_of_a_real_laptop_class_run_replays_within_its_budget():

@@ -84,7 +84,8 @@ class TimeBudgetPlan:
 
     budget_minutes: float | None = None
     updates: int | None = None  # the planned last update (the last plan's)
-    cooldown_from: int | None = None  # the update after which the rate fell, to 0 at `updates` (None: no cool-down)
+    fall_from: int | None = None  # the update after which the rate first fell, to 0 at `updates` (None: no cool-down)
+    cooldown_from: int | None = None  # older records, instead of `fall_from`: a start of the fall (`fall_start`)
     warmup_steps: int | None = None  # the warm-up's updates (at most a quarter of the plan's)
     test_sentences: int | None = None  # the test sentences translated, where the budget cut the split (None: all)
     seconds_per_update: float | None = None  # the pace the last plan measured
@@ -94,14 +95,17 @@ class TimeBudgetPlan:
     run_minutes: float | None = None  # from the budget's start (the command's) to the run's record
 
     def fall_start(self) -> int | None:
-        """Where the rate first fell, from the plans logged: a plan made once the fall had begun re-laid the rest of
-        it, which still began where it began (`NoamLR.fall_start`). Without plans, `cooldown_from` (records written
-        before it was the fall's first start kept the last re-laid one there)."""
+        """Where the rate first fell: `fall_from`, as the schedule knew it (`NoamLR.fall_start`). A record without it
+        (older) is read from its plans: a plan made once the fall had begun re-laid the rest of it, which still began
+        where it began. Only plans that moved the run by more than `recipe.budget.RELOG` are logged, so that is where
+        the last plan logged before the fall laid it. Without plans, `cooldown_from`."""
+        if self.fall_from is not None or not self.plans:
+            return self.fall_from if self.fall_from is not None else self.cooldown_from
         start = None
         for plan in self.plans:
             if start is None or start >= plan["step"]:  # the fall not yet begun: this plan lays it
                 start = plan["cooldown_from"]
-        return start if self.plans else self.cooldown_from
+        return start
 
 
 @dataclass

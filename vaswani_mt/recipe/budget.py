@@ -396,11 +396,11 @@ class BudgetPlanner(TrainerCallback, ExportableState):
         self.update_seconds = []
         self.resumed = True
 
-    def facts(self, updates: int | None, cooldown_from: int | None, warmup_steps: int | None = None) -> dict:
+    def facts(self, updates: int | None, fall_from: int | None, warmup_steps: int | None = None) -> dict:
         """The plan as the run record keeps it (`vaswani_mt.run_record.TimeBudgetPlan`'s fields), with the schedule's
         last update, the start of its fall and its warm-up."""
         pace = self.measured_pace()
-        return {"budget_minutes": self.budget_minutes, "updates": updates, "cooldown_from": cooldown_from,
+        return {"budget_minutes": self.budget_minutes, "updates": updates, "fall_from": fall_from,
                 "warmup_steps": warmup_steps, "test_sentences": self.test_kept, "resumed": self.resumed,
                 "plans": self.plans,
                 "seconds_per_update": round(pace.seconds_per_update, 4) if pace else None,

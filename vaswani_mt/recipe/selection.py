@@ -44,7 +44,7 @@ def select_final_model(trainer: VaswaniTrainer, run: RunFolder, config: RunConfi
                        ", ".join(p.name for p in last))
     schedule = trainer.lr_scheduler
     fall_from = (schedule.fall_start() if schedule is not None and schedule.cooldown_steps
-                 else (trainer.time_budget_facts() or {}).get("cooldown_from"))
+                 else (trainer.time_budget_facts() or {}).get("fall_from"))
     if fall_from is not None and len(last) > 2:  # weights of the fall only (at least the last two): the lowest rates
         falling = [p for p in last if _saved_step(p) > fall_from] or last[-2:]
         falling = falling if len(falling) >= 2 else last[-2:]
