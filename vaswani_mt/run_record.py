@@ -99,8 +99,10 @@ class TimeBudgetPlan:
         (older) is read from its plans: a plan made once the fall had begun re-laid the rest of it, which still began
         where it began. Only plans that moved the run by more than `recipe.budget.RELOG` are logged, so that is where
         the last plan logged before the fall laid it. Without plans, `cooldown_from`."""
-        if self.fall_from is not None or not self.plans:
-            return self.fall_from if self.fall_from is not None else self.cooldown_from
+        if self.fall_from is not None:
+            return self.fall_from
+        if not self.plans:
+            return self.cooldown_from
         start = None
         for plan in self.plans:
             if start is None or start >= plan["step"]:  # the fall not yet begun: this plan lays it
