@@ -25,6 +25,21 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 MULTI30K_DIR = REPO_ROOT.parent / "shared" / "data" / "multi30k"
 
 
+def load_script(name: str):
+    """scripts/<name>.py as a module, with scripts/ on the path for the modules it imports beside it
+    (benchmark_common, averaging_windows)."""
+    import importlib.util
+    import sys
+
+    scripts = REPO_ROOT / "scripts"
+    if str(scripts) not in sys.path:
+        sys.path.insert(0, str(scripts))
+    spec = importlib.util.spec_from_file_location(name, scripts / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(params=DEVICES)
 def device(request) -> torch.device:
     return torch.device(request.param)

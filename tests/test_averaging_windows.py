@@ -1,25 +1,19 @@
 """scripts/averaging_windows.py: a finished run's last weight snapshots averaged over several windows, each scored on
 valid as the run's final model is."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import load_script
 
 from vaswani_mt.inference.translate import translate_lines
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 SOURCES = ["a dog runs in the park .", "the cat sleeps on a red sofa .", "children play in the snow ."]
 
 
 def _script():
-    sys.path.insert(0, str(SCRIPTS))  # the script imports benchmark_common beside it
-    spec = importlib.util.spec_from_file_location("averaging_windows", SCRIPTS / "averaging_windows.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("averaging_windows")
 
 
 @pytest.fixture

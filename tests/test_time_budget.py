@@ -219,12 +219,14 @@ def test_the_run_record_gives_where_the_rate_first_fell_though_a_replan_inside_t
     record = TimeBudgetPlan(**VaswaniTrainer.time_budget_facts(trainer))
     assert record.fall_start() == began  # what the card reads
     assert TimeBudgetPlan(cooldown_from=4745, plans=record.plans).fall_start() == began  # an older record
-    resumed = SimpleNamespace(budget_planner=run.planner, lr_scheduler=None, state=TrainerState(max_steps=run.updates))
-    run.planner.restore = lambda state: None  # the planner as a checkpoint gives it back: here, as it is
+    older = run.planner.state()  # resumed after training ended, from a checkpoint saved before the planner kept
+    del older["attributes"]["fall_from"]  # the fall's start: its logged plans give it
+    resumed = SimpleNamespace(budget_planner=BudgetPlanner(80, 0.22), lr_scheduler=None,
+                              state=TrainerState(max_steps=run.updates, stateful_callbacks={"BudgetPlanner": older}))
     assert VaswaniTrainer.time_budget_facts(resumed)["fall_from"] == began
 
 
-def test_the_run_record_gives_where_the_rate_first_fell_though_no_logged_plan_laid_the_fall_there():
+def test_the_run_record_gives_where_the_rate_first_fell_though_no_logged_plan_laid_the_fall_there_even_resumed():
     steady = replay(lambda k: STEADY)
     run = replay(lambda k: STEADY if k < steady.updates // 2 else 0.97 * STEADY)  # re-plans too small to be logged
     began = run.updates - _fall_length(run) - 1
@@ -232,6 +234,10 @@ def test_the_run_record_gives_where_the_rate_first_fell_though_no_logged_plan_la
     record = TimeBudgetPlan(**VaswaniTrainer.time_budget_facts(trainer))
     assert TimeBudgetPlan(plans=record.plans).fall_start() != began  # the logged plans alone lay it elsewhere
     assert record.fall_from == record.fall_start() == began
+    # a run resumed after its training ended has no schedule: its last checkpoint's planner state says it
+    checkpoint = TrainerState(max_steps=run.updates, stateful_callbacks={"BudgetPlanner": run.planner.state()})
+    resumed = SimpleNamespace(budget_planner=BudgetPlanner(80, 0.22), lr_scheduler=None, state=checkpoint)
+    assert VaswaniTrainer.time_budget_facts(resumed)["fall_from"] == began
 
 
 def test_the_pace_of_a_real_laptop_class_run_replays_within_its_budget():

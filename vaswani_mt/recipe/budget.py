@@ -151,6 +151,7 @@ class BudgetPlanner(TrainerCallback, ExportableState):
         self.validation_seconds: float | None = None  # the last validation's (and its checkpoint's)
         self.save_seconds = 0.0  # the last checkpoint's saved without a validation
         self.test_kept: int | None = None  # the test sentences translated, when the budget cuts the split
+        self.fall_from: int | None = None  # where the rate first fell (`NoamLR.fall_start`), once it has
         self.plans: list[dict] = []  # every plan logged: step, updates, seconds per update and validation, why
         self.resumed = False
         self.used_before = 0.0  # seconds of the budget that the run's earlier attempts used (a resumed run)
@@ -268,6 +269,8 @@ class BudgetPlanner(TrainerCallback, ExportableState):
             self.update_seconds = [*self.update_seconds, now - self._mark][-RATE_WINDOW:]
         self._timed_first_update = True
         self._last_end = self._mark = now
+        if lr_scheduler.is_falling():  # kept with the checkpoints, for a run resumed after its training ended
+            self.fall_from = lr_scheduler.fall_start()
         if control.should_training_stop or self.measured_pace() is None:
             return
         # every logging step; inside the fall every update, where a slower machine must be answered at once
@@ -372,7 +375,8 @@ class BudgetPlanner(TrainerCallback, ExportableState):
                          "test_sentences": self.test_sentences},
                 "attributes": {"plans": self.plans, "update_seconds": self.update_seconds,
                                "validation_seconds": self.validation_seconds, "save_seconds": self.save_seconds,
-                               "test_kept": self.test_kept, "seconds_used": round(self.seconds_used(), 3),
+                               "test_kept": self.test_kept, "fall_from": self.fall_from,
+                               "seconds_used": round(self.seconds_used(), 3),
                                "probed_validation_seconds": self.pace and [self.pace.seconds_per_validation,
                                                                            self.pace.seconds_per_validation_at_limit]}}
 
@@ -386,6 +390,7 @@ class BudgetPlanner(TrainerCallback, ExportableState):
         self.validation_seconds = attributes.get("validation_seconds")
         self.save_seconds = attributes.get("save_seconds") or 0.0
         self.test_kept = attributes.get("test_kept")
+        self.fall_from = attributes.get("fall_from")
         self.used_before = float(attributes.get("seconds_used") or 0.0)
         self._logged_updates = self.plans[-1]["updates"] if self.plans else None
         seconds = list(attributes.get("update_seconds") or [])

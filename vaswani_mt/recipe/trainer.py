@@ -254,9 +254,10 @@ class VaswaniTrainer(Seq2SeqTrainer):
             return planner.facts(self.lr_scheduler.total_steps, self.lr_scheduler.fall_start(),
                                  self.lr_scheduler.warmup_steps)
         planner.restore(self.state)  # a run resumed after its training ended: the plan its checkpoint keeps
-        last = (planner.plans or [{}])[-1]
-        return planner.facts(self.state.max_steps, TimeBudgetPlan(plans=planner.plans).fall_start(),
-                             last.get("warmup_steps"))
+        fall_from = planner.fall_from  # a checkpoint saved before the planner kept it: from the logged plans
+        if fall_from is None:
+            fall_from = TimeBudgetPlan(plans=planner.plans).fall_start()
+        return planner.facts(self.state.max_steps, fall_from, (planner.plans or [{}])[-1].get("warmup_steps"))
 
     def _remember_signatures(self, signatures: dict[str, str]) -> None:
         if self.bleu_signatures is None:
