@@ -151,15 +151,10 @@ def test_the_data_description_is_a_typed_section_and_the_multi30k_configs_fill_i
 def test_the_shipped_de_en_config_is_the_en_de_one_with_the_languages_swapped():
     from vaswani_mt.recipe.config import load_run_config
 
-    # ... and with the subwords and initialisation of its measured run (docs/results.md), which en-de has changed
     en_de, de_en = load_run_config("multi30k-en-de").to_dict(), load_run_config("multi30k-de-en").to_dict()
     assert (de_en["data"]["source_lang"], de_en["data"]["target_lang"]) == ("de", "en")
-    assert (en_de["tokenizer"]["split_punctuation"], de_en["tokenizer"]["split_punctuation"]) == (True, False)
-    assert (en_de["model"]["config"]["initialization"], de_en["model"]["config"]["initialization"]) == (
-        "fairseq", "xavier")
     for config in (en_de, de_en):
         del config["data"]["source_lang"], config["data"]["target_lang"], config["output_dir"]
-        del config["tokenizer"]["split_punctuation"], config["model"]["config"]["initialization"]
         config["quick"].pop("output_dir")
     assert de_en == en_de
 
