@@ -21,7 +21,6 @@ average still wins, it wins. Decide on valid, never on test (docs/recipe.md).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -36,22 +35,17 @@ from vaswani_mt.inference.engines import target_preprocessing
 from vaswani_mt.inference.translate import translate_lines
 from vaswani_mt.metrics import corpus_scores
 from vaswani_mt.model.modeling_vaswani import VaswaniForConditionalGeneration
-from vaswani_mt.run_record import RunFolder
+from vaswani_mt.run_record import RunFolder, RunRecord
 
 HALVES = ("even", "odd")  # sentences 0, 2, 4, ... and 1, 3, 5, ... of the split
 
 
 def candidates(run: RunFolder) -> tuple[Path, Path]:
     """The run's best checkpoint and its average, as its selection compared them (metrics.json)."""
-    try:
-        record = json.loads(run.record.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise WindowError(f"{run.record}: cannot read the run record ({first_line(error)}; has the run finished?)") \
-            from None
-    selection = record.get("selection") if isinstance(record, dict) else None
-    best = selection.get("best_checkpoint") if isinstance(selection, dict) else None
-    if not isinstance(best, str) or not best:
-        raise WindowError(f"{run.record}: no best checkpoint in its selection (the run validated no checkpoint)")
+    selection = RunRecord.read(run.root).selection  # metrics.json, read as the card reads it
+    best = selection.best_checkpoint if selection is not None else None
+    if not best:
+        raise WindowError(f"{run.record}: no best checkpoint in its selection (has the run finished and validated?)")
     checkpoint = run.checkpoints / Path(best).name  # the record names it where the run was trained
     for folder, what in ((checkpoint, "the best checkpoint"), (run.averaged, "the average of the last weights")):
         if not (folder / "config.json").is_file():
