@@ -387,6 +387,10 @@ def _recipe_rows(t, subset: int | None = None, updates: int | None = None, preci
     if t.get("bpe_dropout"):
         rows.append(("BPE-dropout", f"p = {t['bpe_dropout']}: training pieces split into the halves their merge "
                                     "joined, anew each epoch (Provilkov et al. 2020; not in the paper)"))
+    if t.get("rdrop_alpha"):
+        rows.append(("R-Drop", f"α = {t['rdrop_alpha']}: each batch through the model twice, the symmetric KL "
+                               "divergence of the two passes' outputs added to the loss (Liang et al. 2021; not in the "
+                               "paper)"))
     if t.get("max_tokens"):
         accumulation = accumulation or t.get("gradient_accumulation_steps") or 1  # the run's, else the config's
         rows.append(("Batch", f"about {t['max_tokens']:,} tokens per side, sentences of similar length batched "

@@ -107,6 +107,9 @@ class TrainingConfig:
     # not in the paper: BPE-dropout (Provilkov et al. 2020), each training piece split into the two its merge joined
     # with this probability, drawn anew each epoch (data/bpe_dropout.py); 0: the tokenizer's pieces as they are
     bpe_dropout: float = 0.0
+    # not in the paper: R-Drop (Liang et al. 2021), each batch through the model twice and this weight on the symmetric
+    # KL divergence of the two passes' outputs (recipe/rdrop.py; 5 in the authors' translation runs); 0: one pass
+    rdrop_alpha: float = 0.0
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
     adam_epsilon: float = 1e-9

@@ -216,12 +216,18 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss, grad_nll):
-        grad_hidden_rows, grad_weight, rows = ctx.saved_tensors
-        scale = grad_loss.float()
-        grad_hidden = torch.zeros(ctx.hidden_shape[:-1].numel(), ctx.hidden_shape[-1], dtype=torch.float32)
-        grad_hidden.index_copy_(0, rows, grad_hidden_rows * scale)
-        return (grad_hidden.view(ctx.hidden_shape).to(ctx.hidden_dtype), grad_weight * scale, None, None, None, None,
-                None, None, None)
+        return (*scaled_gradients(ctx, grad_loss), None, None, None, None, None, None, None)
+
+
+def scaled_gradients(ctx, grad_loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The backward pass of a loss that computed its gradients in the forward pass and saved them in `ctx` (the
+    counted rows' hidden-state gradients, the weight's, and which rows of the hidden states those rows are): the
+    hidden states' gradient (0 on the rows not counted) and the weight's, scaled by the loss's incoming gradient."""
+    grad_hidden_rows, grad_weight, rows = ctx.saved_tensors
+    scale = grad_loss.float()
+    grad_hidden = torch.zeros(ctx.hidden_shape[:-1].numel(), ctx.hidden_shape[-1], dtype=torch.float32)
+    grad_hidden.index_copy_(0, rows, grad_hidden_rows * scale)
+    return grad_hidden.view(ctx.hidden_shape).to(ctx.hidden_dtype), grad_weight * scale
 
 
 def _block(logits, target, epsilon, delta, pad_token_id) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -18,7 +18,7 @@ POSITIVE = ("max_tokens", "gradient_accumulation_steps", "max_steps", "num_epoch
             "warmup_steps", "noam_factor", "factor", "d_model", "total_steps", "eval_steps", "logging_steps",
             "keep_checkpoints", "num_beams", "num_threads", "average_every")
 # Settings whose 0 means "none": no average, no cool-down.
-AT_LEAST_ZERO = ("average_last", "cooldown_steps")
+AT_LEAST_ZERO = ("average_last", "cooldown_steps", "rdrop_alpha")
 
 
 def positive_problem(name: str, value: Any) -> str | None:

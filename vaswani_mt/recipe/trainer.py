@@ -51,6 +51,7 @@ from .budget import BudgetPlanner
 from .config import TrainingConfig
 from .loss import (compiled_label_smoothed_cross_entropy, output_projection_in_the_loss,
                    projected_label_smoothed_cross_entropy, projects_in_the_loss)
+from .rdrop import duplicated, projected_rdrop_label_smoothed_cross_entropy, rdrop_label_smoothed_cross_entropy
 from .loss_scaling import SkippedUpdates, scale_losses_on_the_cpu
 from .processes import UpdateBatch
 from .rules import cooldown_problem, setting_problem
@@ -97,6 +98,10 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         default=_RECIPE.bpe_dropout,
         metadata={"help": "Not in the paper: BPE-dropout (Provilkov et al. 2020), each training piece split into the "
                           "two its merge joined with this probability, anew each epoch (needs max_tokens; 0: none)."})
+    rdrop_alpha: float = field(
+        default=_RECIPE.rdrop_alpha,
+        metadata={"help": "Not in the paper: R-Drop (Liang et al. 2021), each training batch through the model twice "
+                          "and this weight on the symmetric KL divergence of the two passes' outputs (0: one pass)."})
     warmup_steps: int | float = field(default=_RECIPE.warmup_steps, metadata={"help": "Noam warm-up updates (§5.3)."})
     cooldown_steps: int | float | None = field(
         default=_RECIPE.cooldown_steps,
@@ -128,7 +133,7 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
         if self.save_total_limit is not None:
             self.checkpoint_limit, self.save_total_limit = self.save_total_limit, None
         for name in ("warmup_steps", "label_smoothing", "noam_factor", "max_tokens", "cooldown_steps",
-                     "budget_minutes", "bpe_dropout"):
+                     "budget_minutes", "bpe_dropout", "rdrop_alpha"):
             problem = setting_problem(name, getattr(self, name))
             if problem:
                 raise ValueError(problem)
@@ -330,7 +335,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
     # -- loss (§5.4) --------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """Training: label-smoothed cross-entropy summed over target tokens, divided by `num_items_in_batch` (the
-        target tokens of the whole accumulated, all-process batch). Outside training (eval without generation):
+        target tokens of the whole accumulated, all-process batch); with `rdrop_alpha`, R-Drop's loss of the batch's
+        two passes, divided the same (`recipe/rdrop.py`). Outside training (eval without generation):
         the plain NLL per target token of the batch. With `predict_with_generate`, `Seq2SeqTrainer.prediction_step`
         takes the model's own loss instead, so `eval_loss` is then a mean of per-batch token means (not
         token-weighted across batches)."""
@@ -339,6 +345,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
         unwrapped = self.accelerator.unwrap_model(model)
         if "decoder_input_ids" not in inputs:
             inputs["decoder_input_ids"] = unwrapped.prepare_decoder_input_ids_from_labels(labels)
+        alpha = self.args.rdrop_alpha if model.training else 0.0
+        if alpha:  # R-Drop: the batch twice, in one forward pass (recipe/rdrop.py)
+            inputs = duplicated(inputs)
         if self.args.torch_compile:
             _any_shape(inputs)
         epsilon = self.args.label_smoothing if model.training else 0.0
@@ -348,9 +357,17 @@ class VaswaniTrainer(Seq2SeqTrainer):
             with output_projection_in_the_loss(unwrapped) as (weight, bias):  # no [tokens, V] logits (recipe/loss)
                 hidden_states = model(**inputs, use_cache=False).logits
             with self.loss_autocast():  # the projection's products in the run's precision, as in the forward
-                loss_sum, _, num_tokens = projected_label_smoothed_cross_entropy(
-                    hidden_states, weight, labels, epsilon=epsilon, pad_token_id=pad_token_id, bias=bias)
+                if alpha:
+                    loss_sum, _, num_tokens = projected_rdrop_label_smoothed_cross_entropy(
+                        hidden_states, weight, labels, alpha, epsilon=epsilon, pad_token_id=pad_token_id, bias=bias)
+                else:
+                    loss_sum, _, num_tokens = projected_label_smoothed_cross_entropy(
+                        hidden_states, weight, labels, epsilon=epsilon, pad_token_id=pad_token_id, bias=bias)
             outputs = None
+        elif alpha:
+            outputs = model(**inputs, use_cache=False)
+            loss_sum, _, num_tokens = rdrop_label_smoothed_cross_entropy(
+                outputs.logits, labels, alpha, epsilon=epsilon, pad_token_id=pad_token_id)
         else:
             outputs = model(**inputs, use_cache=False)
             smoothed = (compiled_label_smoothed_cross_entropy() if self.args.torch_compile
