@@ -51,9 +51,9 @@ from .budget import BudgetPlanner
 from .config import TrainingConfig
 from .loss import (compiled_label_smoothed_cross_entropy, output_projection_in_the_loss,
                    projected_label_smoothed_cross_entropy, projects_in_the_loss)
-from .rdrop import duplicated, projected_rdrop_label_smoothed_cross_entropy, rdrop_label_smoothed_cross_entropy
 from .loss_scaling import SkippedUpdates, scale_losses_on_the_cpu
 from .processes import UpdateBatch
+from .rdrop import duplicated, projected_rdrop_label_smoothed_cross_entropy, rdrop_label_smoothed_cross_entropy
 from .rules import cooldown_problem, setting_problem
 from .schedule import NoamLR, cooldown_length, make_adam
 
