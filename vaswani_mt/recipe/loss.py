@@ -209,14 +209,20 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
                     grad = grad.to(compute)
                     grad_hidden[block] = torch.mm(grad, weights)
                     grad_weight += torch.mm(grad.t(), hidden[block])
-        ctx.save_for_backward(grad_hidden, grad_weight, rows)
-        ctx.hidden_shape, ctx.hidden_dtype = hidden_states.shape, hidden_states.dtype
-        ctx.mark_non_differentiable(nll_sum)
+        save_gradients(ctx, hidden_states, grad_hidden, grad_weight, rows, nll_sum)
         return loss_sum, nll_sum
 
     @staticmethod
     def backward(ctx, grad_loss, grad_nll):
         return (*scaled_gradients(ctx, grad_loss), None, None, None, None, None, None, None)
+
+
+def save_gradients(ctx, hidden_states, grad_hidden_rows, grad_weight, rows, nll_sum) -> None:
+    """Keeps in `ctx` what `scaled_gradients` needs: the gradients computed in the forward pass, which rows of
+    `hidden_states` the hidden-state gradients are, and their shape and dtype; ``nll_sum`` carries no gradient."""
+    ctx.save_for_backward(grad_hidden_rows, grad_weight, rows)
+    ctx.hidden_shape, ctx.hidden_dtype = hidden_states.shape, hidden_states.dtype
+    ctx.mark_non_differentiable(nll_sum)
 
 
 def scaled_gradients(ctx, grad_loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

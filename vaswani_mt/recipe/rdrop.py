@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ..model.modeling_vaswani import check_loss_arguments, label_smoothed_cross_entropy
-from .loss import _counted_targets, _row_blocks, scaled_gradients
+from .loss import _counted_targets, _row_blocks, save_gradients, scaled_gradients
 
 __all__ = ["duplicated", "projected_rdrop_label_smoothed_cross_entropy", "rdrop_label_smoothed_cross_entropy"]
 
@@ -136,9 +136,7 @@ class _ProjectedRDrop(torch.autograd.Function):
                     grad = grad.to(compute)
                     grad_hidden[out] = torch.mm(grad, weights)
                     grad_weight += torch.mm(grad.t(), hidden)
-        ctx.save_for_backward(grad_hidden, grad_weight, pairs)
-        ctx.hidden_shape, ctx.hidden_dtype = hidden_states.shape, hidden_states.dtype
-        ctx.mark_non_differentiable(nll_sum)
+        save_gradients(ctx, hidden_states, grad_hidden, grad_weight, pairs, nll_sum)
         return loss_sum, nll_sum
 
     @staticmethod
