@@ -2,15 +2,18 @@
 windows (§6.1), each translated and scored the same way, beside the run's own final model.
 
     python scripts/averaging_windows.py runs/multi30k-en-de --last 1 2 3 5 10
+    python scripts/averaging_windows.py runs/multi30k-en-de-lctok-cpu --last 10 --checkpoints 3 5 10
 
 A run with `training.average_every` keeps its last `training.average_last` snapshots (`snapshots/step-<update>`);
 its final model is the average of those of the cool-down's fall or the best checkpoint, whichever scored higher on
 valid (recipe/selection.py). This reads the run's valid split from its data folder (`{split}.{lang}` files; its
 first `data.valid_subset` pairs where the run scored only those), decodes with the final model's generation config
 (beam, length penalty) and tokenizer, scores each candidate with sacreBLEU (on lowercased Moses-tokenized references
-where the model writes such text, as the run scores valid) and prints one row per window: the snapshots averaged
-(consecutive ones, as the run averages them), their first and last update, valid BLEU. Window 1 is the last snapshot
-alone. A window is chosen on valid, never on test (docs/recipe.md); `--split` scores another split of the folder.
+where the model writes such text, as the run scores valid) and prints one row per window: the weights averaged
+(consecutive snapshots, as the run averages them, or checkpoints), their first and last update, valid BLEU. Window 1
+is the last snapshot alone. `--checkpoints N` adds wider windows: the average of the run's last N kept checkpoints
+(`checkpoints/`, one every `eval_steps`: 10 of them span ~4,500 updates, most of a long run's fall). A window is
+chosen on valid, never on test (docs/recipe.md); `--split` scores another split of the folder.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 from benchmark_common import cpu_flags, cpu_model
 from transformers import AutoTokenizer, GenerationConfig
 
-from vaswani_mt.files import first_line
+from vaswani_mt.files import first_line, last_saves
 from vaswani_mt.inference.engines import target_preprocessing
 from vaswani_mt.inference.translate import translate_lines
 from vaswani_mt.metrics import corpus_scores
@@ -72,26 +76,29 @@ def main(argv=None) -> int:
     parser.add_argument("run", type=Path, help="a finished run folder of `vaswani-mt train` with snapshots/")
     parser.add_argument("--last", type=int, nargs="+", default=[1, 2, 3, 5, 10], metavar="N",
                         help="windows: average the last N snapshots (default: 1 2 3 5 10)")
+    parser.add_argument("--checkpoints", type=int, nargs="+", default=[], metavar="N",
+                        help="also average the last N kept checkpoints (checkpoints/), for each N")
     parser.add_argument("--split", help="the split to score (default: the run's valid split)")
     args = parser.parse_args(argv)
     try:
-        rows = windows(args.run, args.last, args.split)
+        rows = windows(args.run, args.last, args.split, args.checkpoints)
     except WindowError as error:
         print(f"averaging_windows.py: {error}", file=sys.stderr)
         return 1
     flags = sorted(flag for flag in cpu_flags() if flag.startswith(("avx2", "avx512f", "avx512_bf16", "amx")))
     print(f"CPU: {cpu_model()} ({', '.join(flags) or 'no avx2, avx512 or amx'}); run {args.run}")
-    print("| candidate | snapshots | updates | valid BLEU |")
+    print("| candidate | weights averaged | updates | valid BLEU |")
     print("|---|---|---|---|")
     for name, count, span, bleu in rows:
         print(f"| {name} | {count} | {span} | {bleu:.2f} |")
     return 0
 
 
-def windows(run_dir: Path, lasts: list[int], split: str | None) -> list[tuple[str, str, str, float]]:
+def windows(run_dir: Path, lasts: Sequence[int], split: str | None,
+            checkpoint_counts: Sequence[int] = ()) -> list[tuple[str, str, str, float]]:
     run = RunFolder(run_dir)
-    if any(n < 1 for n in lasts):
-        raise WindowError("--last takes window sizes of at least 1")
+    if any(n < 1 for n in [*lasts, *checkpoint_counts]):
+        raise WindowError("--last and --checkpoints take window sizes of at least 1")
     if not run.model.is_dir():
         raise WindowError(f"{run.model}: no final model (the run has not finished)")
     config = run_config(run)
@@ -101,6 +108,10 @@ def windows(run_dir: Path, lasts: list[int], split: str | None) -> list[tuple[st
     snapshots = last_snapshots(run.snapshots, every, max(lasts))
     if len(snapshots) < max(lasts):
         raise WindowError(f"--last {max(lasts)}: {run.snapshots} holds {len(snapshots)} consecutive snapshots")
+    checkpoints = last_saves(run.checkpoints, max(checkpoint_counts, default=0))
+    if len(checkpoints) < max(checkpoint_counts, default=0):
+        raise WindowError(f"--checkpoints {max(checkpoint_counts)}: {run.checkpoints} holds {len(checkpoints)} "
+                          f"consecutive checkpoints")
     sources, references, split = valid_pairs(config["data"], split)
     preprocess = target_preprocessing(str(run.model))
     if preprocess is not None:
@@ -120,18 +131,19 @@ def windows(run_dir: Path, lasts: list[int], split: str | None) -> list[tuple[st
     final = VaswaniForConditionalGeneration.from_pretrained(run.model)
     print(f"the run's final model ({run.model}):", file=sys.stderr)
     rows.append(("the run's final model", "–", "–", score(final)))
-    for count in lasts:
-        chosen = snapshots[-count:]
-        print(f"the average of the last {count} snapshots ({', '.join(p.name for p in chosen)}):", file=sys.stderr)
+    candidates = [(f"last {count}", snapshots[-count:]) for count in lasts]
+    candidates += [(f"last {count} checkpoint{'s' * (count > 1)}", checkpoints[-count:]) for count in checkpoint_counts]
+    for name, chosen in candidates:
+        print(f"the average of {', '.join(p.name for p in chosen)}:", file=sys.stderr)
         with tempfile.TemporaryDirectory() as folder:
             try:
                 average_checkpoints(chosen, output_dir=folder)
             except (OSError, ValueError) as error:
                 raise WindowError(f"cannot average {', '.join(p.name for p in chosen)}: {first_line(error)}") from None
             model = VaswaniForConditionalGeneration.from_pretrained(folder)
-        steps = [p.name.rsplit("-", 1)[1] for p in chosen]
-        span = f"{int(steps[0]):,}" if count == 1 else f"{int(steps[0]):,}–{int(steps[-1]):,}"
-        rows.append((f"last {count}", str(count), span, score(model)))
+        steps = [int(p.name.rsplit("-", 1)[1]) for p in chosen]
+        span = f"{steps[0]:,}" if len(steps) == 1 else f"{steps[0]:,}–{steps[-1]:,}"
+        rows.append((name, str(len(chosen)), span, score(model)))
     return rows
 
 

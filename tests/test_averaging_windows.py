@@ -1,6 +1,8 @@
 """scripts/averaging_windows.py: a finished run's last weight snapshots averaged over several windows, each scored on
 valid as the run's final model is."""
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -43,7 +45,7 @@ def run(tmp_path, tokenizer, model, make_tiny_model):
 def test_a_window_of_one_is_the_last_snapshot_and_wider_windows_average_the_newest_snapshots(run, capsys):
     assert _script().main([str(run), "--last", "1", "2", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("CPU: ") and lines[1] == "| candidate | snapshots | updates | valid BLEU |"
+    assert lines[0].startswith("CPU: ") and lines[1] == "| candidate | weights averaged | updates | valid BLEU |"
     rows = {line.split(" | ")[0].strip("| "): line for line in lines[3:]}
     assert rows["the run's final model"] == "| the run's final model | – | – | 100.00 |"
     assert rows["last 1"] == "| last 1 | 1 | 30 | 100.00 |"  # the final model's weights: its very output
@@ -60,3 +62,30 @@ def test_a_window_wider_than_the_snapshots_or_a_missing_valid_file_is_one_line_n
     err = capsys.readouterr().err
     assert err.startswith("averaging_windows.py: ") and "valid.de: no such file" in err and err.count("\n") == 1
 
+
+
+def _save_checkpoints(run):
+    """checkpoint-10, -20, -30 as the Trainer keeps them (every 10 updates): the snapshots' weights and its state."""
+    for step in (10, 20, 30):
+        checkpoint = run / "checkpoints" / f"checkpoint-{step}"
+        shutil.copytree(run / "snapshots" / f"step-{step}", checkpoint)
+        for state in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin"):
+            (checkpoint / state).write_bytes(b"state")
+        (checkpoint / "trainer_state.json").write_text(json.dumps({"save_steps": 10}), encoding="utf-8")
+
+
+def test_checkpoint_windows_average_the_last_kept_checkpoints_beside_the_snapshot_windows(run, capsys):
+    _save_checkpoints(run)
+    assert _script().main([str(run), "--last", "3", "--checkpoints", "1", "3"]) == 0
+    rows = {line.split(" | ")[0].strip("| "): line for line in capsys.readouterr().out.splitlines()[3:]}
+    assert rows["last 1 checkpoint"] == "| last 1 checkpoint | 1 | 30 | 100.00 |"  # checkpoint-30: the final weights
+    assert rows["last 3 checkpoints"].startswith("| last 3 checkpoints | 3 | 10–30 | ")
+    # here the checkpoints hold the snapshots' weights, so both windows of 3 average the same and translate alike
+    assert rows["last 3 checkpoints"].split(" | ")[3] == rows["last 3"].split(" | ")[3] != "100.00 |"
+
+
+def test_a_checkpoint_window_wider_than_the_kept_checkpoints_is_one_line_naming_it(run, capsys):
+    _save_checkpoints(run)
+    assert _script().main([str(run), "--last", "1", "--checkpoints", "4"]) == 1
+    assert capsys.readouterr().err == (f"averaging_windows.py: --checkpoints 4: {run / 'checkpoints'} holds 3 "
+                                       f"consecutive checkpoints\n")
