@@ -108,10 +108,10 @@ def windows(run_dir: Path, lasts: Sequence[int], split: str | None,
     snapshots = last_snapshots(run.snapshots, every, max(lasts))
     if len(snapshots) < max(lasts):
         raise WindowError(f"--last {max(lasts)}: {run.snapshots} holds {len(snapshots)} consecutive snapshots")
-    checkpoints = last_saves(run.checkpoints, max(checkpoint_counts, default=0))
-    if len(checkpoints) < max(checkpoint_counts, default=0):
-        raise WindowError(f"--checkpoints {max(checkpoint_counts)}: {run.checkpoints} holds {len(checkpoints)} "
-                          f"consecutive checkpoints")
+    widest = max(checkpoint_counts, default=0)
+    checkpoints = last_saves(run.checkpoints, widest)
+    if len(checkpoints) < widest:
+        raise WindowError(f"--checkpoints {widest}: {run.checkpoints} holds {len(checkpoints)} consecutive checkpoints")
     sources, references, split = valid_pairs(config["data"], split)
     preprocess = target_preprocessing(str(run.model))
     if preprocess is not None:
