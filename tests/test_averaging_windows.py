@@ -63,7 +63,6 @@ def test_a_window_wider_than_the_snapshots_or_a_missing_valid_file_is_one_line_n
     assert err.startswith("averaging_windows.py: ") and "valid.de: no such file" in err and err.count("\n") == 1
 
 
-
 def _save_checkpoints(run):
     """checkpoint-10, -20, -30 as the Trainer keeps them (every 10 updates): the snapshots' weights and its state."""
     for step in (10, 20, 30):
